@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Process-wide crypto setup, called once from main() before any thread:
+ * libgcrypt secure memory (mlock'd) for keys and session keys, and
+ * OpenSSL's secure heap for the RSA backend's private keys.
+ */
+#include <gcrypt.h>
+#include <openssl/crypto.h>
+
+#include "internal.h"
+
+#define DEFAULT_SECMEM (1u << 20)
+
+int pd_lib_init(size_t secmem_bytes)
+{
+	if (!secmem_bytes)
+		secmem_bytes = DEFAULT_SECMEM;
+	if (!gcry_check_version("1.10.0"))
+		return PD_EUNSUPPORTED;
+	gcry_control(GCRYCTL_SUSPEND_SECMEM_WARN);
+	gcry_control(GCRYCTL_USE_SECURE_RNDPOOL);
+	if (gcry_control(GCRYCTL_INIT_SECMEM, secmem_bytes, 0))
+		return -ENOMEM;
+	gcry_control(GCRYCTL_RESUME_SECMEM_WARN);
+	gcry_control(GCRYCTL_INITIALIZATION_FINISHED, 0);
+	/* OpenSSL's secure heap: size must be a power of two.  Failure (e.g.
+	 * RLIMIT_MEMLOCK too small) leaves keys in the normal heap, as OpenSSL
+	 * falls back by itself; it is not fatal. */
+	size_t oss = 1;
+	while (oss < secmem_bytes)
+		oss <<= 1;
+	if (!CRYPTO_secure_malloc_initialized())
+		(void)CRYPTO_secure_malloc_init(oss, 16);
+	return 0;
+}
+
+void pd_lib_deinit(void)
+{
+	gcry_control(GCRYCTL_TERM_SECMEM);
+	if (CRYPTO_secure_malloc_initialized())
+		CRYPTO_secure_malloc_done();
+}

@@ -1,0 +1,2 @@
+/* PLACEHOLDER: the message pipeline, being written. */
+#include "internal.h"

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One unlocked secret (sub)key, as the key ring holds it, and the key ring's
+ * lookup functions.  Keys are immutable after pd_keyring_add() returns, with
+ * one exception: rsa_ctx[i] is filled lazily by worker i only (each worker
+ * touches its own slot, so no lock is needed).
+ *
+ * Secret material lives in libgcrypt secure memory: the MPIs are created
+ * with gcry_mpi_snew()/from secure buffers, native scalars and the
+ * implicit-rejection secret are gcry_malloc_secure() buffers.
+ */
+#pragma once
+#include <gcrypt.h>
+
+#include "pgp/algo.h"
+
+struct pd_key {
+	uint8_t version;          /* 4 or 6 */
+	uint8_t pk_algo;          /* enum pd_pk_algo */
+	uint8_t fpr_len;          /* 20 or 32 */
+	uint8_t fpr[32];
+	uint8_t keyid[8];
+	uint8_t primary_fpr_len;
+	uint8_t primary_fpr[32];
+	uint32_t created;
+	uint16_t bits;            /* RSA/ElGamal modulus bits, curve bits for ECC */
+
+	/* public material */
+	gcry_mpi_t n, e;          /* RSA */
+	gcry_mpi_t p, g, y;       /* ElGamal */
+	enum pd_curve curve;      /* ECDH (18), X25519 (25), X448 (26) */
+	uint8_t q[140];           /* ECC public point as stored: 04||x||y, 40||x, or native */
+	size_t q_len;
+	uint8_t kdf_hash;         /* ECDH KDF hash id (from the key, never the message) */
+	uint8_t kdf_kek;          /* ECDH key-wrap cipher id */
+
+	/* secret material (secure memory) */
+	gcry_mpi_t d, sp, sq, u;  /* RSA d, p, q, u (u = p^-1 mod q) */
+	gcry_mpi_t x;             /* ElGamal x; NIST/brainpool ECDH scalar */
+	uint8_t *native_sk;       /* cv25519/X25519/X448 scalar, native little-endian */
+	size_t native_sk_len;
+	uint8_t *ir_secret;       /* 32 random octets: key for implicit-rejection session keys */
+
+	/* RSA backend state (pgp/rsa.c) */
+	enum pd_rsa_backend rsa_backend;
+	void *rsa_pkey;           /* EVP_PKEY * (OpenSSL backend) */
+	void *rsa_ctx[PD_MAX_WORKERS]; /* EVP_PKEY_CTX * per worker, lazily */
+};
+
+/** Free a key and wipe its secrets; accepts NULL, returns NULL. */
+PD_HIDDEN struct pd_key *pd_key_free(struct pd_key *k);
+
+/** Number of keys in the ring and the i-th one. */
+PD_HIDDEN size_t pd__keyring_n(const struct pd_keyring *kr);
+PD_HIDDEN const struct pd_key *pd__keyring_get(const struct pd_keyring *kr, size_t i);

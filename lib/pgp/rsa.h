@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The RSA backend interface: the one private-key operation on the hot path.
+ * Two backends: OpenSSL libcrypto (EVP_PKEY_decrypt, RSA_NO_PADDING, key in
+ * OpenSSL's secure heap, one pre-initialised EVP_PKEY_CTX per worker per key)
+ * and libgcrypt ((flags raw) gcry_pk_decrypt).  Both return the raw
+ * m = c^d mod n; the PKCS#1 v1.5 check is done by the caller in constant
+ * time (pgp/unwrap.c), never by the backend.
+ */
+#pragma once
+#include "pgp/key.h"
+
+/** Default backend of this build (meson option rsa_backend). */
+PD_HIDDEN enum pd_rsa_backend pd_rsa_default_backend(void);
+/** Prepare k (n, e, d, p, q, u set) for its backend; checks n == p*q. */
+PD_HIDDEN int pd_rsa_setup(struct pd_key *k, enum pd_rsa_backend backend);
+/** Release backend state (called by pd_key_free()). */
+PD_HIDDEN void pd_rsa_cleanup(struct pd_key *k);
+/** out[0..klen) = c^d mod n, left-padded, klen = octets of n.  Fails only for
+ * public reasons (c >= n, clen > klen) or resource errors. */
+PD_HIDDEN int pd_rsa_decrypt_raw(const struct pd_key *k, unsigned worker, const uint8_t *c,
+                                 size_t clen, uint8_t *out, size_t klen);

@@ -1,0 +1,2 @@
+/* PLACEHOLDER: SEIPD v1 / SED, being written. */
+#include "pgp/seipd.h"

@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libpgpdec: the sans-I/O OpenPGP decryption engine.
+ *
+ * Place in the data path: the daemon (or the test driver) pushes ciphertext
+ * bytes into a pd_msg in slices of any size, and pulls events out of it with
+ * pd_msg_step(): "need input", "need a session key", "metadata ready",
+ * plaintext chunks, and finally "done" or an error.  Session-key recovery is
+ * the separate, expensive call pd_msg_recover_key(), meant for a worker
+ * thread; it reads the immutable pd_keyring.
+ *
+ * The engine owns no thread, does no I/O and never blocks.  A pd_msg may be
+ * moved between threads between calls, but never used by two at once.  A
+ * pd_keyring is immutable after loading and may be read by any number of
+ * threads.  A pd_worker belongs to one thread.
+ *
+ * Errors: every function returns 0 (or a positive step code) on success and a
+ * negative code on failure: -errno for system errors, PD_E* for the engine's
+ * own.  pd_strerror() names every code in one sentence, pd_errname() gives
+ * the stable short name ("ENOKEY", ...).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PD_API __attribute__((visibility("default")))
+
+/* Stable error codes.  Never renumber: the wire status mapping and the
+ * tests depend on them. */
+enum pd_error {
+	PD_EINTERNAL = -4000,    /* a bug: an invariant failed */
+	PD_ENOKEY = -4001,       /* no secret key for any recipient */
+	PD_EMALFORMED = -4002,   /* malformed packet or armor (offset in detail) */
+	PD_EUNSUPPORTED = -4003, /* unsupported algorithm, version or feature */
+	PD_EINTEGRITY = -4004,   /* MDC / AEAD tag / session key check failed */
+	PD_ELIMIT = -4005,       /* a configured limit was exceeded (which in detail) */
+	PD_EBADPASS = -4006,     /* wrong passphrase for a secret key */
+	PD_ESED = -4007,         /* symmetrically encrypted data without integrity, refused */
+	PD_ENOTPGP = -4008,      /* input is neither armored nor binary OpenPGP */
+	PD_ETRUNCATED = -4009,   /* input ended in the middle of the message */
+	PD_ENEEDPASS = -4010,    /* a secret key is protected and no passphrase was given */
+	PD_ENOSECRET = -4011,    /* key file holds no usable secret decryption key */
+	PD_ENOPASSWORD = -4012,  /* message is password-encrypted and no password was given */
+	PD_EBOMB = -4013,        /* decompression output or ratio limit exceeded */
+	PD_EAGAIN = -4014,       /* internal: more input needed (never returned by the API) */
+	PD_EUSAGE = -4015,       /* API misuse (call in the wrong state) */
+};
+
+/** One sentence for any code (PD_E* or -errno); never NULL. */
+PD_API const char *pd_strerror(int err);
+/** Stable short name of a code, e.g. "ENOKEY", "EINTEGRITY", or "ESYS" for -errno. */
+PD_API const char *pd_errname(int err);
+
+/* --------------------------------------------------------------------- */
+/* Process-wide setup */
+
+/** Initialise libgcrypt (secure memory of secmem_bytes, 0 = default 1 MiB)
+ * and OpenSSL's secure heap.  Call once from main() before any thread. */
+PD_API int pd_lib_init(size_t secmem_bytes);
+/** Release what pd_lib_init() set up (wipes secure memory). */
+PD_API void pd_lib_deinit(void);
+
+/* --------------------------------------------------------------------- */
+/* Limits: every cost a sender chooses is capped. */
+
+struct pd_limits { /* public, by value */
+	uint64_t max_output;        /* plaintext bytes per message (0 = unlimited) */
+	uint64_t max_input;         /* ciphertext bytes per message (0 = unlimited) */
+	uint32_t max_ratio;         /* decompressed/compressed ratio, checked after ratio_grace bytes */
+	uint64_t ratio_grace;       /* output allowed before the ratio limit applies */
+	uint32_t max_depth;         /* nesting of compressed packets (and containers) */
+	uint32_t max_packets;       /* packets per message, all layers */
+	uint32_t max_partials;      /* partial-length parts per packet */
+	uint32_t max_esk;           /* PKESK/SKESK packets per message */
+	uint32_t max_key_trials;    /* private-key operations per message */
+	uint32_t max_aead_chunk_log;/* largest SEIPD v2 / OCB chunk octet accepted (<= 16) */
+	uint32_t max_argon2_kib;    /* Argon2 memory cap, KiB */
+	uint32_t max_s2k_count;     /* iterated+salted S2K octet count cap */
+	bool allow_sed;             /* decrypt SED (tag 9, no integrity) */
+};
+
+/** Fill *lim with defaults that stop decompression bombs and DoS costs. */
+PD_API void pd_limits_default(struct pd_limits *lim);
+
+/* --------------------------------------------------------------------- */
+/* Key ring: transferable secret keys, unlocked once. */
+
+struct pd_keyring;
+
+enum pd_rsa_backend {
+	PD_RSA_DEFAULT = 0, /* the build's default (meson option rsa_backend) */
+	PD_RSA_OPENSSL = 1,
+	PD_RSA_GCRYPT = 2,
+};
+
+/** Create an empty key ring whose RSA keys use the given backend. */
+PD_API int pd_keyring_new(struct pd_keyring **ret, enum pd_rsa_backend backend);
+/** Free a key ring (wipes secrets); accepts NULL, returns NULL. */
+PD_API struct pd_keyring *pd_keyring_free(struct pd_keyring *kr);
+/** Add every secret key in data (binary or armored, several keys allowed),
+ * unlocking protected ones with pass (may be NULL).  Returns the number of
+ * decryption-capable secret (sub)keys added, or a negative error.  On error
+ * nothing is added.  detail (may be NULL) receives a sentence. */
+PD_API int pd_keyring_add(struct pd_keyring *kr, const uint8_t *data, size_t len,
+                          const char *pass, size_t passlen, char *detail, size_t detail_len);
+/** Number of decryption-capable secret (sub)keys held. */
+PD_API size_t pd_keyring_count(const struct pd_keyring *kr);
+
+struct pd_keyinfo { /* public, by value */
+	uint8_t version;       /* 4 or 6 */
+	uint8_t pk_algo;       /* OpenPGP public-key algorithm id */
+	uint16_t bits;         /* key size in bits (curve size for ECC) */
+	uint8_t fpr_len;       /* 20 (v4) or 32 (v6) */
+	uint8_t fpr[32];       /* fingerprint of this (sub)key */
+	uint8_t keyid[8];
+	uint8_t primary_fpr_len;
+	uint8_t primary_fpr[32]; /* fingerprint of its primary key */
+	uint32_t created;
+	char curve[24];        /* "" or curve name for ECC keys */
+};
+/** Describe the i-th decryption key. */
+PD_API int pd_keyring_info(const struct pd_keyring *kr, size_t i, struct pd_keyinfo *ret);
+
+/* --------------------------------------------------------------------- */
+/* Per-thread crypto context: pre-opened cipher/hash handles reused across
+ * messages, and the index of this worker for per-worker RSA contexts. */
+
+struct pd_worker;
+
+#define PD_MAX_WORKERS 256
+
+/** Create the context of worker number index (0..PD_MAX_WORKERS-1). */
+PD_API int pd_worker_new(struct pd_worker **ret, unsigned index);
+/** Free it; accepts NULL, returns NULL. */
+PD_API struct pd_worker *pd_worker_free(struct pd_worker *w);
+
+/* --------------------------------------------------------------------- */
+/* One message */
+
+struct pd_msg;
+
+enum pd_step {
+	PD_STEP_NEED_INPUT = 1, /* feed more with pd_msg_write() or call pd_msg_close_input() */
+	PD_STEP_NEED_KEY = 2,   /* call pd_msg_recover_key() (or pd_msg_set_password() first) */
+	PD_STEP_METADATA = 3,   /* pd_msg_info() now has literal name/date/format */
+	PD_STEP_OUTPUT = 4,     /* *ret_len plaintext bytes were written to out */
+	PD_STEP_DONE = 5,       /* message complete and verified; pd_msg_info() final */
+};
+
+enum pd_integrity {
+	PD_INTEGRITY_NONE = 0,  /* nothing verified (yet) */
+	PD_INTEGRITY_MDC = 1,   /* SEIPD v1, MDC verified */
+	PD_INTEGRITY_AEAD = 2,  /* SEIPD v2 or OCB packet, all tags verified */
+	PD_INTEGRITY_UNPROTECTED = 3, /* SED allowed by configuration: no integrity */
+};
+
+#define PD_MAX_RECIPIENTS 64
+#define PD_MAX_ISSUERS 16
+
+struct pd_recipient { /* public, by value */
+	uint8_t version;      /* PKESK version 3 or 6 */
+	uint8_t pk_algo;
+	bool wildcard;        /* anonymous recipient */
+	uint8_t keyid[8];     /* v3 key ID, or derived from the v6 fingerprint */
+	uint8_t fpr_len;      /* v6 PKESK: 0, 20 or 32 */
+	uint8_t fpr[32];
+};
+
+struct pd_msginfo { /* public, by value; valid until pd_msg_free() */
+	bool armored;
+	uint8_t container;       /* packet tag: 18 SEIPD, 20 OCB, 9 SED (0 = not yet) */
+	uint8_t container_version; /* 1 or 2 */
+	uint8_t sym_algo;        /* OpenPGP symmetric algorithm id */
+	uint8_t aead_algo;       /* 0, or 1 EAX, 2 OCB, 3 GCM */
+	uint8_t aead_chunk_log;  /* chunk octet c (size 2^(c+6)) */
+	uint8_t pk_algo;         /* algorithm of the key that opened it (0 = password) */
+	uint8_t key_fpr_len;
+	uint8_t key_fpr[32];     /* fingerprint of the (sub)key that opened it */
+	uint8_t compression[8];  /* compression algorithms met, outermost first */
+	uint8_t n_compression;
+	bool has_literal;
+	char literal_format;     /* 'b', 't', 'u', 'm', ... */
+	uint8_t literal_name_len;
+	char literal_name[256];  /* raw octets, NUL-terminated; attacker-controlled */
+	uint32_t literal_date;
+	size_t n_recipients;
+	struct pd_recipient recipients[PD_MAX_RECIPIENTS];
+	size_t n_recipients_total; /* including those beyond PD_MAX_RECIPIENTS */
+	size_t n_skesk;
+	size_t n_issuers;
+	uint8_t issuers[PD_MAX_ISSUERS][8]; /* signature / one-pass issuer key IDs */
+	size_t n_signatures;
+	enum pd_integrity integrity;
+	uint64_t bytes_in;
+	uint64_t bytes_out;
+};
+
+/** Create a message decoder with the given limits (NULL = defaults). */
+PD_API int pd_msg_new(struct pd_msg **ret, const struct pd_limits *lim);
+/** Free it (wipes key material and buffers); accepts NULL, returns NULL.
+ * w (may be NULL) receives the handles the message borrowed. */
+PD_API struct pd_msg *pd_msg_free(struct pd_msg *m, struct pd_worker *w);
+/** Copy up to len ciphertext bytes into the message's bounded input buffer.
+ * *ret_consumed < len means the buffer is full: call pd_msg_step() first. */
+PD_API int pd_msg_write(struct pd_msg *m, const uint8_t *in, size_t len, size_t *ret_consumed);
+/** Declare the end of the ciphertext. */
+PD_API int pd_msg_close_input(struct pd_msg *m);
+/** Room left in the input buffer. */
+PD_API size_t pd_msg_input_space(const struct pd_msg *m);
+/** Run the pipeline as far as it can go: returns a PD_STEP_* code (> 0) or a
+ * negative error, which is final (pd_msg_detail() says more).  On
+ * PD_STEP_OUTPUT, *ret_len (<= cap) plaintext bytes are in out.  Plaintext is
+ * provisional until PD_STEP_DONE: for SEIPD v1 the MDC is checked at the end. */
+PD_API int pd_msg_step(struct pd_msg *m, struct pd_worker *w, uint8_t *out, size_t cap, size_t *ret_len);
+/** Recover the session key from the PKESKs with the keys of kr (the expensive
+ * call, for a worker thread).  0 on success: the next pd_msg_step() goes on.
+ * PD_ENOKEY when no PKESK names a key held (detail lists the key IDs).  A
+ * PKESK that decrypts badly is not reported here: it leads to the same
+ * PD_EINTEGRITY as a tampered message, so that no error or timing tells a
+ * padding failure from a wrong session key.  If a password was set, SKESKs
+ * are tried too. */
+PD_API int pd_msg_recover_key(struct pd_msg *m, const struct pd_keyring *kr, struct pd_worker *w);
+/** Supply a password for SKESK packets (before pd_msg_recover_key()). */
+PD_API int pd_msg_set_password(struct pd_msg *m, const char *pw, size_t len);
+/** Metadata gathered so far (complete after PD_STEP_DONE). */
+PD_API const struct pd_msginfo *pd_msg_info(const struct pd_msg *m);
+/** Sentence describing the last error (or "" if none). */
+PD_API const char *pd_msg_detail(const struct pd_msg *m);
+
+/** Printable names of OpenPGP algorithm ids ("AES256", "RSA", "ZLIB", "OCB"). */
+PD_API const char *pd_sym_name(int algo);
+PD_API const char *pd_pk_name(int algo);
+PD_API const char *pd_compress_name(int algo);
+PD_API const char *pd_aead_name(int algo);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: MIT */
+/* Per-thread handle cache: see worker.h. */
+#include "worker.h"
+
+#define CACHE_MAX 16
+
+struct slot {
+	int kind; /* 0 empty, 1 cipher, 2 md */
+	int algo, mode;
+	unsigned flags;
+	void *h;
+};
+
+struct pd_worker {
+	unsigned index;
+	struct slot slots[CACHE_MAX];
+};
+
+int pd_err_from_gcry(gcry_error_t e)
+{
+	switch (gcry_err_code(e)) {
+	case GPG_ERR_NO_ERROR: return 0;
+	case GPG_ERR_ENOMEM: return -ENOMEM;
+	case GPG_ERR_CHECKSUM: return PD_EINTEGRITY;
+	case GPG_ERR_CIPHER_ALGO: case GPG_ERR_DIGEST_ALGO: case GPG_ERR_PUBKEY_ALGO:
+	case GPG_ERR_NOT_SUPPORTED: case GPG_ERR_UNKNOWN_CURVE:
+		return PD_EUNSUPPORTED;
+	case GPG_ERR_INV_LENGTH: case GPG_ERR_INV_OBJ: case GPG_ERR_INV_VALUE:
+	case GPG_ERR_BAD_MPI: case GPG_ERR_INV_DATA:
+		return PD_EMALFORMED;
+	default: return PD_EINTERNAL;
+	}
+}
+
+int pd_worker_new(struct pd_worker **ret, unsigned index)
+{
+	if (index >= PD_MAX_WORKERS)
+		return -EINVAL;
+	struct pd_worker *w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->index = index;
+	*ret = w;
+	return 0;
+}
+
+struct pd_worker *pd_worker_free(struct pd_worker *w)
+{
+	if (!w)
+		return NULL;
+	for (size_t i = 0; i < CACHE_MAX; i++) {
+		if (w->slots[i].kind == 1)
+			gcry_cipher_close(w->slots[i].h);
+		else if (w->slots[i].kind == 2)
+			gcry_md_close(w->slots[i].h);
+	}
+	free(w);
+	return NULL;
+}
+
+unsigned pd_worker_index(const struct pd_worker *w)
+{
+	return w ? w->index : 0;
+}
+
+static void *take(struct pd_worker *w, int kind, int algo, int mode, unsigned flags)
+{
+	if (!w)
+		return NULL;
+	for (size_t i = 0; i < CACHE_MAX; i++) {
+		struct slot *s = &w->slots[i];
+		if (s->kind == kind && s->algo == algo && s->mode == mode && s->flags == flags) {
+			void *h = s->h;
+			s->kind = 0;
+			s->h = NULL;
+			return h;
+		}
+	}
+	return NULL;
+}
+
+/* Cache h; returns false when there is no room (caller closes it). */
+static bool give(struct pd_worker *w, int kind, void *h, int algo, int mode, unsigned flags)
+{
+	if (!w)
+		return false;
+	for (size_t i = 0; i < CACHE_MAX; i++) {
+		struct slot *s = &w->slots[i];
+		if (s->kind == 0) {
+			*s = (struct slot){ kind, algo, mode, flags, h };
+			return true;
+		}
+	}
+	return false;
+}
+
+int pd_worker_take_cipher(struct pd_worker *w, int algo, int mode, unsigned flags, gcry_cipher_hd_t *ret)
+{
+	gcry_cipher_hd_t h = take(w, 1, algo, mode, flags);
+	if (!h) {
+		gcry_error_t e = gcry_cipher_open(&h, algo, mode, flags | GCRY_CIPHER_SECURE);
+		if (e)
+			return pd_err_from_gcry(e);
+	}
+	*ret = h;
+	return 0;
+}
+
+void pd_worker_give_cipher(struct pd_worker *w, gcry_cipher_hd_t h, int algo, int mode, unsigned flags)
+{
+	if (!h)
+		return;
+	/* gcry_cipher_reset clears the IV/state but keeps the key schedule; the
+	 * next user always sets its own key, so nothing leaks between messages
+	 * beyond what setkey overwrites.  Close instead when the cache is full. */
+	gcry_cipher_reset(h);
+	if (!give(w, 1, h, algo, mode, flags))
+		gcry_cipher_close(h);
+}
+
+int pd_worker_take_md(struct pd_worker *w, int algo, unsigned flags, gcry_md_hd_t *ret)
+{
+	gcry_md_hd_t h = take(w, 2, algo, 0, flags);
+	if (!h) {
+		gcry_error_t e = gcry_md_open(&h, algo, flags | GCRY_MD_FLAG_SECURE);
+		if (e)
+			return pd_err_from_gcry(e);
+	}
+	*ret = h;
+	return 0;
+}
+
+void pd_worker_give_md(struct pd_worker *w, gcry_md_hd_t h, int algo, unsigned flags)
+{
+	if (!h)
+		return;
+	gcry_md_reset(h);
+	if (!give(w, 2, h, algo, 0, flags))
+		gcry_md_close(h);
+}

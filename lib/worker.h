@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Per-thread crypto context: a cache of opened libgcrypt cipher and hash
+ * handles, lent to messages and given back when they end, so that no
+ * message pays gcry_cipher_open()/gcry_md_open().  A handle is owned by
+ * exactly one holder at a time (the worker's cache or one message), so no
+ * lock is needed; a message may give a handle back to another worker than
+ * the one it took it from.
+ */
+#pragma once
+#include <gcrypt.h>
+
+#include "internal.h"
+
+/** Index of this worker (selects per-worker RSA contexts). */
+PD_HIDDEN unsigned pd_worker_index(const struct pd_worker *w);
+/** Take an opened cipher handle (GCRY_CIPHER_SECURE) for algo/mode/flags;
+ * NULL w is allowed (opens a new one).  Returns 0 or a negative error. */
+PD_HIDDEN int pd_worker_take_cipher(struct pd_worker *w, int algo, int mode, unsigned flags,
+                                    gcry_cipher_hd_t *ret);
+/** Give a cipher handle back (reset and cached, or closed if w is NULL or full). */
+PD_HIDDEN void pd_worker_give_cipher(struct pd_worker *w, gcry_cipher_hd_t h, int algo, int mode, unsigned flags);
+/** Same for hash handles (flags: 0 or GCRY_MD_FLAG_HMAC, always secure). */
+PD_HIDDEN int pd_worker_take_md(struct pd_worker *w, int algo, unsigned flags, gcry_md_hd_t *ret);
+PD_HIDDEN void pd_worker_give_md(struct pd_worker *w, gcry_md_hd_t h, int algo, unsigned flags);
+/** libgcrypt error to project error (the single conversion point for lib/). */
+PD_HIDDEN int pd_err_from_gcry(gcry_error_t e);

@@ -1,0 +1,2 @@
+/* PLACEHOLDER: the engine test driver, being written. */
+int main(void) { return 0; }
