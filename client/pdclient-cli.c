@@ -187,6 +187,7 @@ struct job {
 	int out_fd;
 	char *tmp_path, *final_path;
 	int exit_code;          /* local failure before the request, or the outcome */
+	int write_err;          /* writing the plaintext failed (-errno) */
 	bool done;
 	struct pdc_result res;
 };
@@ -194,7 +195,10 @@ struct job {
 static int job_data(void *arg, const uint8_t *p, size_t n)
 {
 	struct job *j = arg;
-	return write_all(j->out_fd, p, n);
+	int r = write_all(j->out_fd, p, n);
+	if (r < 0)
+		j->write_err = r;
+	return r;
 }
 
 static void job_done(void *arg, const struct pdc_result *r)
@@ -290,9 +294,9 @@ static int finish_job(struct job *j)
 		j->res.status = 15;
 		snprintf(j->res.sentence, sizeof(j->res.sentence), "message has no integrity protection");
 	}
-	if (r->err == -EPIPE || r->err == -ENOSPC || r->err == -EIO || r->err == -EDQUOT || r->err == -EFBIG) {
+	if (j->write_err) {
 		code = EX_IOERR;
-		snprintf(j->res.sentence, sizeof(j->res.sentence), "writing the plaintext failed: %s", strerror(-r->err));
+		snprintf(j->res.sentence, sizeof(j->res.sentence), "writing the plaintext failed: %s", strerror(-j->write_err));
 		j->res.status = 0;
 	} else {
 		code = pdc_exit_code(r);
@@ -871,7 +875,7 @@ int main(int argc, char **argv)
 	struct opts o = { .concurrency = 1, .requests = 100, .pipeline = 1, .threads = 1 };
 	o.cfg.software = "pgpdecd-client/" PD_VERSION;
 	long timeout_s = 60;
-	char *hostport = NULL;
+	char *hostport = NULL, *hp = NULL;
 	bool tls_opt = false;
 	int ch;
 	while ((ch = getopt_long(argc, argv, "s:c:o:t:vhV", lo, NULL)) != -1) {
@@ -905,7 +909,8 @@ int main(int argc, char **argv)
 	if (hostport && o.cfg.socket_path)
 		die(EX_USAGE, "--socket and --connect exclude each other");
 	if (hostport) {
-		char *hp = strdup(hostport), *colon;
+		char *colon;
+		hp = strdup(hostport);
 		if (!hp)
 			die(EX_OSERR, "out of memory");
 		if (hp[0] == '[') {
@@ -935,6 +940,7 @@ int main(int argc, char **argv)
 	char **args = argv + optind;
 	const char *cmd = nargs > 0 ? args[0] : "";
 	bool is_bench = strcmp(cmd, "bench") == 0;
+	int code;
 	if (o.bench_opts && !is_bench)
 		die(EX_USAGE, "--concurrency, --requests, --pipeline, --threads and --json belong to bench");
 	if (strcmp(cmd, "ping") == 0 || strcmp(cmd, "stats") == 0 || strcmp(cmd, "keys") == 0) {
@@ -942,12 +948,14 @@ int main(int argc, char **argv)
 			die(EX_USAGE, "%s takes no arguments", cmd);
 		if (o.output || o.verified_only || o.password_file)
 			die(EX_USAGE, "-o, --verified-only and --password-file are for decryption");
-		return cmd[0] == 'p' ? cmd_ping(&o) : cmd[0] == 's' ? cmd_stats(&o) : cmd_keys(&o);
-	}
-	if (is_bench) {
+		code = cmd[0] == 'p' ? cmd_ping(&o) : cmd[0] == 's' ? cmd_stats(&o) : cmd_keys(&o);
+	} else if (is_bench) {
 		if (o.output)
 			die(EX_USAGE, "bench discards the plaintext: -o makes no sense");
-		return cmd_bench(&o, nargs - 1, args + 1);
+		code = cmd_bench(&o, nargs - 1, args + 1);
+	} else {
+		code = cmd_decrypt(&o, nargs, args);
 	}
-	return cmd_decrypt(&o, nargs, args);
+	free(hp);
+	return code;
 }

@@ -623,6 +623,8 @@ static void fill_out(struct pdc_conn *c)
 	}
 }
 
+static int read_some(struct pdc_conn *c);
+
 static int flush_out(struct pdc_conn *c)
 {
 	while (c->out_off < c->out_len) {
@@ -630,6 +632,11 @@ static int flush_out(struct pdc_conn *c)
 		if (n == -EAGAIN)
 			return 0;
 		if (n < 0) {
+			/* The server may have said why before it closed: an ERROR frame
+			 * or an early RESULT waits in our receive buffer. */
+			(void)read_some(c);
+			if (c->dead)
+				return c->dead;
 			char s[128];
 			snprintf(s, sizeof(s), "connection to the server lost while sending: %s", strerror((int)-n));
 			return conn_fail(c, (int)n, 0, s);
