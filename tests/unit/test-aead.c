@@ -56,8 +56,10 @@ static void test_rfc9580_a8(void **state)
 	uint8_t *out;
 	size_t outn;
 	assert_int_equal(tu_decrypt(18, se.body, se.len, hdrlen, &sk, TU_WHOLE, &seed, &out, &outn), PD_EINTEGRITY);
+	free(out);
 	sk = mkkey(7, "dd708f6fa1ed65114d68d2343e7c2f1d00000000");
 	assert_int_equal(tu_decrypt(18, se.body, se.len, hdrlen, &sk, TU_WHOLE, &seed, &out, &outn), PD_EINTEGRITY);
+	free(out);
 	/* One wrong key bit: the first chunk fails, nothing comes out. */
 	sk = mkkey(7, "dd708f6fa1ed65114d68d2343e7c2f1c");
 	assert_int_equal(tu_decrypt(18, se.body, se.len, hdrlen, &sk, TU_WHOLE, &seed, &out, &outn), PD_EINTEGRITY);
