@@ -271,9 +271,11 @@ int pd_aead_run(struct pd_aead *a, const uint8_t *in, size_t inlen, size_t *ret_
 	for (;;) {
 		if (a->pending) {
 			size_t k = PD_MIN(a->pt_end - a->pt_off, outcap - outn);
-			memcpy(out + outn, a->buf + a->pt_off, k);
-			a->pt_off += k;
-			outn += k;
+			if (k) {
+				memcpy(out + outn, a->buf + a->pt_off, k);
+				a->pt_off += k;
+				outn += k;
+			}
 			if (a->pt_off < a->pt_end)
 				break; /* out is full */
 			/* Chunk handed out: move the octets after its tag down. */
