@@ -47,6 +47,14 @@ static void test_rfc9580_a8(void **state)
 	size_t wl = tu_unhex(hello_v2, want, sizeof(want));
 	wl += tu_unhex("d50ec5a293072991628147d72c8f86b7", want + wl, sizeof(want) - wl);
 	struct pd_sesskey sk = mkkey(7, "dd708f6fa1ed65114d68d2343e7c2f1d");
+	/* The derivation the test encryptor uses gives the README's message
+	 * key and IV (HKDF info D2 02 07 02 06). */
+	uint8_t okm[23], want_okm[23];
+	const uint8_t info[5] = { 0xD2, 2, 7, 2, 6 };
+	assert_memory_equal(se.body, info + 1, 4);
+	tu_unhex("4512f7149d863341527c6567d5bffc42" "5faf3250212ff9", want_okm, sizeof(want_okm));
+	assert_int_equal(pd_hkdf(GCRY_MD_SHA256, se.body + 4, 32, sk.key, 16, info, 5, okm, 23), 0);
+	assert_memory_equal(okm, want_okm, 23);
 	check_vector(18, se.body, se.len, hdrlen, &sk, want, wl);
 	/* Unbound key (v6 SKESK style) of the right length works too. */
 	sk.algo = 0;
@@ -301,6 +309,58 @@ static void test_tamper(void **state)
 	tamper_one(20, PD_AEAD_OCB, 2, 0);
 }
 
+/* Garbage bodies under random keys: a clean PD_EINTEGRITY, no output. */
+static void test_garbage(void **state)
+{
+	(void)state;
+	uint8_t b[700];
+	for (int i = 0; i < 300; i++) {
+		uint8_t tag = i & 1 ? 20 : 18;
+		size_t len = tu_rand_range(&seed, 0, sizeof(b));
+		gcry_randomize(b, sizeof(b), GCRY_WEAK_RANDOM);
+		b[0] = tag == 18 ? 2 : 1;
+		b[1] = 7;
+		b[2] = tag == 18 ? (uint8_t)tu_rand_range(&seed, 1, 3) : (uint8_t)tu_rand_range(&seed, 1, 2);
+		b[3] = (uint8_t)tu_rand_range(&seed, 0, 3);
+		size_t hdrlen;
+		assert_int_equal(pd_aead_header_len(tag, b, &hdrlen), 0);
+		if (len < hdrlen)
+			len = hdrlen;
+		struct pd_sesskey sk = { .algo = 7, .len = 16 };
+		gcry_randomize(sk.key, 16, GCRY_WEAK_RANDOM);
+		uint8_t *out;
+		size_t outn;
+		int r = tu_decrypt(tag, b, len, hdrlen, &sk, (enum tu_slice)(i % 3), &seed, &out, &outn);
+		assert_int_equal(r, PD_EINTEGRITY);
+		assert_int_equal(outn, 0);
+		free(out);
+	}
+}
+
+/* The largest chunk size (4 MiB): a full chunk and a one-octet one. */
+static void test_chunk16(void **state)
+{
+	(void)state;
+	size_t len = (4u << 20) + 1;
+	uint8_t *pt = malloc(len);
+	gcry_randomize(pt, len, GCRY_WEAK_RANDOM);
+	struct pd_sesskey sk = { .algo = 9, .len = 32 };
+	gcry_randomize(sk.key, 32, GCRY_WEAK_RANDOM);
+	for (uint8_t tag = 18; tag <= 20; tag += 2) {
+		struct tu_ct ct;
+		tu_encrypt(&ct, tag, 9, PD_AEAD_OCB, 16, sk.key, pt, len);
+		assert_int_equal(ct.nchunks, 2);
+		uint8_t *out;
+		size_t outn;
+		assert_int_equal(tu_decrypt(tag, ct.body, ct.len, ct.hdrlen, &sk, TU_RANDOM, &seed, &out, &outn), 1);
+		assert_int_equal(outn, len);
+		assert_memory_equal(out, pt, len);
+		free(out);
+		free(ct.body);
+	}
+	free(pt);
+}
+
 /* After the final tag verified, any further input is an error; an empty
  * body is truncated. */
 static void test_after_end(void **state)
@@ -344,6 +404,8 @@ int main(void)
 		cmocka_unit_test(test_roundtrip),
 		cmocka_unit_test(test_tamper),
 		cmocka_unit_test(test_after_end),
+		cmocka_unit_test(test_garbage),
+		cmocka_unit_test(test_chunk16),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	pd_lib_deinit();

@@ -114,6 +114,13 @@ static void test_rfc9580_v6(void **state)
 		assert_int_equal(k.len, sklen);
 		assert_memory_equal(k.key, want_sk, sklen);
 
+		/* The README's KEK: HKDF-SHA256(no salt, S2K key, C3 06 cipher aead). */
+		uint8_t kek[16], want_kek[16];
+		const uint8_t info[4] = { 0xC3, 6, 7, rfc[i].aead };
+		tu_unhex(rfc[i].kek, want_kek, sizeof(want_kek));
+		assert_int_equal(pd_hkdf(GCRY_MD_SHA256, NULL, 0, s2k, 16, info, 4, kek, 16), 0);
+		assert_memory_equal(kek, want_kek, 16);
+
 		/* The whole path from the password. */
 		memset(&k, 0, sizeof(k));
 		assert_int_equal(pd_skesk_decrypt(NULL, m.esk.body, m.esk.len, "password", 8, &lim, &k), 0);
