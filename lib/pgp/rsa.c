@@ -226,7 +226,10 @@ static int self_test(struct pd_key *k, size_t klen)
 
 	if (!m || !c || !obuf)
 		goto out;
-	gcry_mpi_randomize(m, (unsigned)gcry_mpi_get_nbits(k->n) - 1, GCRY_WEAK_RANDOM);
+	/* gcry_mpi_randomize rounds up to whole octets: clear the top bits
+	 * so that m < n. */
+	gcry_mpi_randomize(m, (unsigned)gcry_mpi_get_nbits(k->n), GCRY_WEAK_RANDOM);
+	gcry_mpi_clear_highbit(m, gcry_mpi_get_nbits(k->n) - 1);
 	gcry_mpi_powm(c, m, k->e, k->n);
 	if (gcry_mpi_aprint(GCRYMPI_FMT_USG, &cbuf, &clen, c))
 		goto out;
