@@ -327,11 +327,13 @@ static void test_truncation(void **state)
 static void test_bitflips(void **state)
 {
 	(void)state;
-	const char *files[] = { "cv25519.gpg", "p256.gpg", "a04-v6-secret-key.gpg" };
-	for (size_t f = 0; f < 3; f++) {
+	/* every octet of the small files; every 5th of the RSA/ElGamal ones
+	 * (their private-key checks are slower) */
+	const char *files[] = { "cv25519.gpg", "p256.gpg", "a04-v6-secret-key.gpg", "elg.gpg", "rsa2048.gpg" };
+	for (size_t f = 0; f < 5; f++) {
 		size_t len;
 		uint8_t *buf = load(files[f], &len);
-		for (size_t i = 0; i < len; i++) {
+		for (size_t i = 0; i < len; i += f < 3 ? 1 : 5) {
 			for (int v = 0; v < 2; v++) {
 				uint8_t *p = malloc(len);
 				memcpy(p, buf, len);
@@ -339,7 +341,7 @@ static void test_bitflips(void **state)
 				struct pd_keyring *kr;
 				assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
 				int r = pd_keyring_add(kr, p, len, NULL, 0, NULL, 0);
-				assert_true(r <= 1);
+				assert_true(r <= (f == 4 ? 2 : 1));
 				pd_keyring_free(kr);
 				free(p);
 			}
