@@ -271,6 +271,28 @@ static void select_key(uint32_t ok, const uint8_t *key, size_t kl, const struct 
 	out->algo = fb->algo;
 }
 
+/* The result of gcry_pk_decrypt is (value X).  Read it in place:
+ * gcry_sexp_find_token would copy it, and its copies are never in secure
+ * memory. */
+static bool is_value(gcry_sexp_t plain)
+{
+	size_t n = 0;
+	const char *t = plain ? gcry_sexp_nth_data(plain, 0, &n) : NULL;
+	return t && n == 5 && memcmp(t, "value", 5) == 0;
+}
+
+/* libgcrypt 1.10.1 builds the ECDH result (the shared point) in ordinary
+ * memory, and frees ordinary memory without wiping: wipe the value in
+ * place (its octets only, the list structure stays valid) first. */
+static void release_plain(gcry_sexp_t plain)
+{
+	size_t n = 0;
+	const char *v = is_value(plain) ? gcry_sexp_nth_data(plain, 1, &n) : NULL;
+	if (v)
+		pd_wipe((void *)v, n);
+	gcry_sexp_release(plain);
+}
+
 /* ---------------------------------------------------------------------- */
 /* RSA and ElGamal */
 
@@ -324,7 +346,7 @@ static int unwrap_elgamal(struct pd_worker *w, const struct pd_key *k, const str
 	const uint8_t *a, *b;
 	size_t alen, blen, off = 0;
 	gcry_mpi_t am = NULL, bm = NULL, mm = NULL;
-	gcry_sexp_t skey = NULL, data = NULL, plain = NULL, val = NULL;
+	gcry_sexp_t skey = NULL, data = NULL, plain = NULL;
 	uint8_t *em = NULL;
 	size_t klen = 0, mlen = 0;
 	int r;
@@ -364,8 +386,7 @@ static int unwrap_elgamal(struct pd_worker *w, const struct pd_key *k, const str
 	r = pd_err_from_gcry(gcry_pk_decrypt(&plain, data, skey));
 	if (r < 0)
 		goto out;
-	val = gcry_sexp_find_token(plain, "value", 0);
-	mm = val ? gcry_sexp_nth_mpi(val, 1, GCRYMPI_FMT_USG) : NULL;
+	mm = is_value(plain) ? gcry_sexp_nth_mpi(plain, 1, GCRYMPI_FMT_USG) : NULL;
 	if (!mm) {
 		r = PD_EINTERNAL;
 		goto out;
@@ -395,8 +416,7 @@ out:
 	gcry_mpi_release(mm); /* secure MPIs are wiped by libgcrypt on release */
 	gcry_mpi_release(am);
 	gcry_mpi_release(bm);
-	gcry_sexp_release(val);
-	gcry_sexp_release(plain);
+	release_plain(plain);
 	gcry_sexp_release(data);
 	gcry_sexp_release(skey);
 	return r;
@@ -410,7 +430,7 @@ out:
  * here is about the public point only. */
 static int ecdh_weierstrass(const struct pd_key *k, const uint8_t *pt, size_t ptlen, size_t fsize, uint8_t *zb)
 {
-	gcry_sexp_t skey = NULL, data = NULL, plain = NULL, val = NULL;
+	gcry_sexp_t skey = NULL, data = NULL, plain = NULL;
 	const char *curve = pd_curve_gcry_name(k->curve);
 	int r;
 
@@ -427,8 +447,7 @@ static int ecdh_weierstrass(const struct pd_key *k, const uint8_t *pt, size_t pt
 	if (r < 0)
 		goto out;
 	size_t n = 0;
-	val = gcry_sexp_find_token(plain, "value", 0);
-	const char *v = val ? gcry_sexp_nth_data(val, 1, &n) : NULL;
+	const char *v = is_value(plain) ? gcry_sexp_nth_data(plain, 1, &n) : NULL;
 	/* The shared point comes back as 04 || x || y; the library output
 	 * format depends on the curve only. */
 	if (!v || n != 1 + 2 * fsize || v[0] != 0x04) {
@@ -438,8 +457,7 @@ static int ecdh_weierstrass(const struct pd_key *k, const uint8_t *pt, size_t pt
 	memcpy(zb, v + 1, fsize);
 	r = 0;
 out:
-	gcry_sexp_release(val);
-	gcry_sexp_release(plain);
+	release_plain(plain);
 	gcry_sexp_release(data);
 	gcry_sexp_release(skey);
 	return r;
