@@ -176,7 +176,7 @@ uint32_t pd_pkcs1_decode_sesskey(const uint8_t *em, size_t k, uint8_t sym_algo,
 	 * remember the first hit under a mask, never stop early. */
 	uint32_t found = 0, sep = 0;
 	for (size_t i = 2; i < k; i++) {
-		uint32_t z = pd_ct_is_zero32(em[i]) & ~found;
+		uint32_t z = ct_barrier(pd_ct_is_zero32(em[i])) & ~found;
 		sep = ct_sel32(z, (uint32_t)i, sep);
 		found |= z;
 	}
