@@ -3,7 +3,8 @@
  * PKESK parsing and session-key recovery: the RFC 9580 A.8 X25519 vector,
  * round trips built here with libgcrypt for RSA (both backends), ElGamal,
  * ECDH cv25519 and NIST P-256, X25519 v3 and X448, and every failure class
- * of the implicit rejection (ok_mask 0 and the deterministic HMAC key).
+ * of the implicit rejection (ok_mask 0 and the deterministic HMAC key);
+ * and the PKESKs gpg 2.2, sq and rnp wrote to the key ring's test keys.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -987,6 +988,143 @@ static void test_elgamal(void **state)
 	key_free(k);
 }
 
+/* ---------------------------------------------------------------------- */
+/* PKESKs written by gpg 2.2, sq and rnp (tests/data/unwrap/MANIFEST) */
+
+static uint8_t *slurp(const char *path, size_t *ret_len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		fail_msg("cannot open %s", path);
+	uint8_t *b = malloc(1 << 16);
+	assert_non_null(b);
+	*ret_len = fread(b, 1, 1 << 16, f);
+	fclose(f);
+	return b;
+}
+
+/* Header of the packet at m[*off]: tag, body offset and length (no partial
+ * lengths: PKESKs never use them). */
+static bool next_packet(const uint8_t *m, size_t len, size_t *off, int *tag, size_t *body, size_t *blen)
+{
+	size_t o = *off;
+	if (o + 2 > len || !(m[o] & 0x80))
+		return false;
+	if (m[o] & 0x40) {
+		*tag = m[o] & 0x3f;
+		uint8_t l0 = m[o + 1];
+		if (l0 < 192) {
+			*blen = l0;
+			*body = o + 2;
+		} else if (l0 < 224) {
+			*blen = ((size_t)(l0 - 192) << 8) + m[o + 2] + 192;
+			*body = o + 3;
+		} else if (l0 == 255) {
+			*blen = pd_be32(m + o + 2);
+			*body = o + 6;
+		} else {
+			return false;
+		}
+	} else {
+		*tag = (m[o] >> 2) & 15;
+		switch (m[o] & 3) {
+		case 0: *blen = m[o + 1]; *body = o + 2; break;
+		case 1: *blen = pd_be16(m + o + 1); *body = o + 3; break;
+		case 2: *blen = pd_be32(m + o + 1); *body = o + 5; break;
+		default: return false;
+		}
+	}
+	if (*body + *blen > len)
+		return false;
+	*off = *body + *blen;
+	return true;
+}
+
+static void test_real_peers(void **state)
+{
+	(void)state;
+	char path[512], line[256];
+	snprintf(path, sizeof(path), "%s/unwrap/MANIFEST", PD_TEST_DATA);
+	FILE *mf = fopen(path, "r");
+	assert_non_null(mf);
+	struct pd_worker *w;
+	assert_int_equal(pd_worker_new(&w, 1), 0);
+	struct pd_sesskey *out = gcry_malloc_secure(sizeof(*out));
+	assert_non_null(out);
+	int files = 0;
+
+	while (fgets(line, sizeof(line), mf)) {
+		char file[64], keyname[32], sk[80];
+		if (sscanf(line, "%63s %31s %79s", file, keyname, sk) != 3)
+			continue;
+		unsigned want_algo;
+		uint8_t want[32];
+		char *colon = strchr(sk, ':');
+		assert_non_null(colon);
+		want_algo = (unsigned)atoi(sk);
+		size_t want_len = unhex(colon + 1, want);
+
+		size_t klen, mlen;
+		snprintf(path, sizeof(path), "%s/keys/%s.gpg", PD_TEST_DATA, keyname);
+		uint8_t *kb = slurp(path, &klen);
+		snprintf(path, sizeof(path), "%s/unwrap/%s", PD_TEST_DATA, file);
+		uint8_t *mb = slurp(path, &mlen);
+
+		const enum pd_rsa_backend backends[] = { PD_RSA_OPENSSL, PD_RSA_GCRYPT };
+		for (size_t bi = 0; bi < PD_ARRAY_SIZE(backends); bi++) {
+			struct pd_keyring *kr;
+			char detail[200] = "";
+			assert_int_equal(pd_keyring_new(&kr, backends[bi]), 0);
+			if (pd_keyring_add(kr, kb, klen, NULL, 0, detail, sizeof(detail)) < 0)
+				fail_msg("%s: %s", keyname, detail);
+			size_t off = 0, body, blen;
+			int tag, hits = 0;
+			while (next_packet(mb, mlen, &off, &tag, &body, &blen) && tag == 1) {
+				struct pd_pkesk p;
+				assert_int_equal(pd_pkesk_parse(mb + body, blen, &p), 0);
+				assert_int_equal(p.version, 3);
+				assert_int_equal(p.wildcard, strstr(file, "hidden") != NULL);
+				for (size_t i = 0; i < pd__keyring_n(kr); i++) {
+					const struct pd_key *k = pd__keyring_get(kr, i);
+					if (!p.wildcard && memcmp(p.keyid, k->keyid, 8) != 0)
+						continue;
+					uint32_t ok = 0;
+					int r = pd_unwrap(w, k, &p, 0, out, &ok);
+					if (p.wildcard && r == PD_ENOKEY)
+						continue; /* another algorithm */
+					assert_int_equal(r, 0);
+					if (p.wildcard && ok == 0) {
+						/* wildcard tried on another key of the same algorithm */
+						assert_ir_key(k, p.fields, p.fields_len, 9, 32, out);
+						continue;
+					}
+					if (ok != ~0u)
+						fail_msg("%s: rejected", file);
+					assert_key(out, (uint8_t)want_algo, want, want_len);
+					hits++;
+					/* The same PKESK with its last octet changed: implicit
+					 * rejection, not an error. */
+					mb[body + blen - 1] ^= 0x01;
+					assert_int_equal(pd_unwrap(w, k, &p, 0, out, &ok), 0);
+					assert_int_equal(ok, 0);
+					assert_ir_key(k, p.fields, p.fields_len, 9, 32, out);
+					mb[body + blen - 1] ^= 0x01;
+				}
+			}
+			if (hits != 1)
+				fail_msg("%s: %d PKESKs for %s", file, hits, keyname);
+			pd_keyring_free(kr);
+		}
+		free(kb);
+		free(mb);
+		files++;
+	}
+	fclose(mf);
+	gcry_free(out);
+	pd_worker_free(w);
+	assert_true(files >= 15);
+}
+
 int main(void)
 {
 	assert_int_equal(pd_lib_init(0), 0);
@@ -1004,6 +1142,7 @@ int main(void)
 		cmocka_unit_test(test_pkcs1_table),
 		cmocka_unit_test(test_rsa),
 		cmocka_unit_test(test_elgamal),
+		cmocka_unit_test(test_real_peers),
 	};
 	if (getenv("TEST_FILTER")) /* e.g. TEST_FILTER=test_rsa */
 		cmocka_set_test_filter(getenv("TEST_FILTER"));
