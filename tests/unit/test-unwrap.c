@@ -2,7 +2,7 @@
 /*
  * PKESK parsing and session-key recovery: the RFC 9580 A.8 X25519 vector,
  * round trips built here with libgcrypt for RSA (both backends), ElGamal,
- * ECDH cv25519 and NIST P-256, X25519 v3 and X448, and every failure class
+ * ECDH cv25519, NIST and brainpool curves, X25519 v3 and X448, and every failure class
  * of the implicit rejection (ok_mask 0 and the deterministic HMAC key);
  * and the PKESKs gpg 2.2, sq and rnp wrote to the key ring's test keys.
  */
@@ -420,7 +420,6 @@ static void test_x25519_x448_roundtrip(void **state)
 /* ECDH */
 
 static const uint8_t cv25519_oid[] = { 0x2B, 0x06, 0x01, 0x04, 0x01, 0x97, 0x55, 0x01, 0x05, 0x01 };
-static const uint8_t p256_oid[] = { 0x2A, 0x86, 0x48, 0xCE, 0x3D, 0x03, 0x01, 0x07 };
 
 /* RFC 6637 KDF written out independently of the library code. */
 static void ecdh_kek(const struct pd_key *k, const uint8_t *oid, size_t oidlen, const uint8_t *zb, size_t zblen,
@@ -610,88 +609,106 @@ static void test_ecdh_cv25519(void **state)
 	key_free(k);
 }
 
-/* NIST P-256 with libgcrypt's own ECDH encryption building the ciphertext. */
-static void test_ecdh_p256(void **state)
+/* NIST and brainpool curves, with libgcrypt's own ECDH encryption building
+ * the ciphertext; KDF and KEK as RFC 9580 §11.5.1 recommends per curve. */
+static void test_ecdh_weierstrass(void **state)
 {
 	(void)state;
-	gcry_sexp_t parms, kp, l;
-	assert_int_equal(gcry_sexp_build(&parms, NULL, "(genkey(ecc(curve \"NIST P-256\")))"), 0);
-	assert_int_equal(gcry_pk_genkey(&kp, parms), 0);
-	gcry_sexp_release(parms);
+	static const struct {
+		enum pd_curve c; const char *name; size_t fsize; uint8_t hash, kek; int kek_gcry;
+	} curves[] = {
+		{ PD_CURVE_P256, "NIST P-256", 32, PD_HASH_SHA256, 7, GCRY_CIPHER_AES128 },
+		{ PD_CURVE_P384, "NIST P-384", 48, PD_HASH_SHA384, 8, GCRY_CIPHER_AES192 },
+		{ PD_CURVE_P521, "NIST P-521", 66, PD_HASH_SHA512, 9, GCRY_CIPHER_AES256 },
+		{ PD_CURVE_BP256, "brainpoolP256r1", 32, PD_HASH_SHA256, 7, GCRY_CIPHER_AES128 },
+		{ PD_CURVE_BP512, "brainpoolP512r1", 64, PD_HASH_SHA512, 9, GCRY_CIPHER_AES256 },
+	};
+	for (size_t ci = 0; ci < PD_ARRAY_SIZE(curves); ci++) {
+		const size_t fs = curves[ci].fsize, ptlen = 1 + 2 * fs;
+		gcry_sexp_t parms, kp, l;
+		assert_int_equal(gcry_sexp_build(&parms, NULL, "(genkey(ecc(curve %s)))", curves[ci].name), 0);
+		assert_int_equal(gcry_pk_genkey(&kp, parms), 0);
+		gcry_sexp_release(parms);
 
-	struct pd_key *k = key_new(PD_PK_ECDH);
-	k->curve = PD_CURVE_P256;
-	k->kdf_hash = PD_HASH_SHA256;
-	k->kdf_kek = 7;
-	k->fpr_len = 20;
-	gcry_randomize(k->fpr, 20, GCRY_WEAK_RANDOM);
-	l = gcry_sexp_find_token(kp, "q", 0);
-	size_t qn;
-	const char *q = gcry_sexp_nth_data(l, 1, &qn);
-	assert_int_equal(qn, 65);
-	memcpy(k->q, q, 65);
-	k->q_len = 65;
-	gcry_sexp_release(l);
-	l = gcry_sexp_find_token(kp, "d", 0);
-	k->x = gcry_sexp_nth_mpi(l, 1, GCRYMPI_FMT_USG);
-	assert_non_null(k->x);
-	gcry_sexp_release(l);
-	gcry_sexp_release(kp);
-
-	for (int round = 0; round < 3; round++) {
-		/* Ephemeral scalar through gcry_pk_encrypt: s = v·Q, e = v·G. */
-		gcry_sexp_t pub, data, enc;
-		assert_int_equal(gcry_sexp_build(&pub, NULL, "(public-key(ecc(curve \"NIST P-256\")(q %b)))", 65, k->q), 0);
-		gcry_mpi_t v = gcry_mpi_snew(256);
-		gcry_mpi_randomize(v, 255, GCRY_STRONG_RANDOM);
-		assert_int_equal(gcry_sexp_build(&data, NULL, "(data(flags raw)(value %m))", v), 0);
-		assert_int_equal(gcry_pk_encrypt(&enc, data, pub), 0);
-		uint8_t s[65], e[65];
-		size_t sn, en;
-		l = gcry_sexp_find_token(enc, "s", 0);
-		memcpy(s, gcry_sexp_nth_data(l, 1, &sn), 65);
+		struct pd_key *k = key_new(PD_PK_ECDH);
+		k->curve = curves[ci].c;
+		k->kdf_hash = curves[ci].hash;
+		k->kdf_kek = curves[ci].kek;
+		k->fpr_len = ci % 2 ? 32 : 20; /* v6 and v4 recipients */
+		gcry_randomize(k->fpr, k->fpr_len, GCRY_WEAK_RANDOM);
+		l = gcry_sexp_find_token(kp, "q", 0);
+		size_t qn;
+		const char *q = gcry_sexp_nth_data(l, 1, &qn);
+		assert_int_equal(qn, ptlen);
+		memcpy(k->q, q, qn);
+		k->q_len = qn;
 		gcry_sexp_release(l);
-		l = gcry_sexp_find_token(enc, "e", 0);
-		memcpy(e, gcry_sexp_nth_data(l, 1, &en), 65);
+		l = gcry_sexp_find_token(kp, "d", 0);
+		k->x = gcry_sexp_nth_mpi(l, 1, GCRYMPI_FMT_USG);
+		assert_non_null(k->x);
 		gcry_sexp_release(l);
-		assert_int_equal(sn, 65);
-		assert_int_equal(en, 65);
-		gcry_sexp_release(enc);
-		gcry_sexp_release(data);
-		gcry_sexp_release(pub);
-		gcry_mpi_release(v);
+		gcry_sexp_release(kp);
+		size_t oidlen;
+		const uint8_t *oid = pd_curve_oid(k->curve, &oidlen);
 
-		uint8_t kek[16], plain[48], body[200];
-		ecdh_kek(k, p256_oid, sizeof(p256_oid), s + 1, 32, kek, 16);
-		uint8_t algo = round == 0 ? 7 : 9;
-		size_t kl = pd_sym_keylen(algo);
-		size_t pl = pkcs5(plain, sk_payload(plain, algo, key32, kl, round == 2), 0);
-		size_t n = v3_header(body, k, PD_PK_ECDH);
-		n += put_mpi(body + n, e, 65);
-		body[n++] = (uint8_t)(pl + 8);
-		aes_wrap(GCRY_CIPHER_AES128, kek, 16, plain, pl, body + n);
-		n += pl + 8;
+		for (int round = 0; round < 3; round++) {
+			/* Ephemeral scalar through gcry_pk_encrypt: s = v·Q, e = v·G. */
+			gcry_sexp_t pub, data, enc;
+			assert_int_equal(gcry_sexp_build(&pub, NULL, "(public-key(ecc(curve %s)(q %b)))", curves[ci].name,
+			                                 (int)ptlen, k->q), 0);
+			gcry_mpi_t v = gcry_mpi_snew(0);
+			gcry_mpi_randomize(v, 8 * (unsigned)fs - 16, GCRY_STRONG_RANDOM);
+			assert_int_equal(gcry_sexp_build(&data, NULL, "(data(flags raw)(value %m))", v), 0);
+			assert_int_equal(gcry_pk_encrypt(&enc, data, pub), 0);
+			uint8_t sh[133], e[133];
+			size_t sn, en;
+			l = gcry_sexp_find_token(enc, "s", 0);
+			memcpy(sh, gcry_sexp_nth_data(l, 1, &sn), ptlen);
+			gcry_sexp_release(l);
+			l = gcry_sexp_find_token(enc, "e", 0);
+			memcpy(e, gcry_sexp_nth_data(l, 1, &en), ptlen);
+			gcry_sexp_release(l);
+			assert_int_equal(sn, ptlen);
+			assert_int_equal(en, ptlen);
+			gcry_sexp_release(enc);
+			gcry_sexp_release(data);
+			gcry_sexp_release(pub);
+			gcry_mpi_release(v);
 
-		struct pd_sesskey out;
-		struct pd_pkesk p;
-		uint32_t ok;
-		assert_int_equal(unwrap_body(k, body, n, 0, &out, &ok, &p), 0);
-		if (round < 2) {
-			assert_int_equal(ok, ~0u);
-			assert_key(&out, algo, key32, kl);
-		} else { /* bad checksum */
-			assert_int_equal(ok, 0);
-			assert_ir_key(k, p.fields, p.fields_len, 9, 32, &out);
+			uint8_t kek[32], plain[48], body[300];
+			size_t keklen = pd_sym_keylen(k->kdf_kek);
+			ecdh_kek(k, oid, oidlen, sh + 1, fs, kek, keklen);
+			uint8_t algo = round == 0 ? 7 : 9;
+			size_t kl = pd_sym_keylen(algo);
+			size_t pl = pkcs5(plain, sk_payload(plain, algo, key32, kl, round == 2), 0);
+			size_t n = v3_header(body, k, PD_PK_ECDH);
+			n += put_mpi(body + n, e, ptlen);
+			body[n++] = (uint8_t)(pl + 8);
+			aes_wrap(curves[ci].kek_gcry, kek, keklen, plain, pl, body + n);
+			n += pl + 8;
+
+			struct pd_sesskey out;
+			struct pd_pkesk p;
+			uint32_t ok;
+			assert_int_equal(unwrap_body(k, body, n, 0, &out, &ok, &p), 0);
+			if (round < 2) {
+				if (ok != ~0u)
+					fail_msg("%s: rejected", curves[ci].name);
+				assert_key(&out, algo, key32, kl);
+			} else { /* bad checksum */
+				assert_int_equal(ok, 0);
+				assert_ir_key(k, p.fields, p.fields_len, 9, 32, &out);
+			}
+			/* A point off the curve is a public error. */
+			body[12 + 2 * fs] ^= 1;
+			assert_true(unwrap_body(k, body, n, 0, &out, &ok, &p) < 0);
+			body[12 + 2 * fs] ^= 1;
+			/* A cv25519-style point on this key: wrong point encoding. */
+			body[12] = 0x40;
+			assert_int_equal(unwrap_body(k, body, n, 0, &out, &ok, &p), PD_EMALFORMED);
 		}
-		/* A point off the curve is a public error. */
-		body[12 + 64] ^= 1;
-		assert_true(unwrap_body(k, body, n, 0, &out, &ok, &p) < 0);
-		body[12 + 64] ^= 1;
-		/* A cv25519-style point on a P-256 key: wrong point length. */
-		body[12] = 0x40;
-		assert_int_equal(unwrap_body(k, body, n, 0, &out, &ok, &p), PD_EMALFORMED);
+		key_free(k);
 	}
-	key_free(k);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1125,6 +1142,43 @@ static void test_real_peers(void **state)
 	assert_true(files >= 15);
 }
 
+/* The same vector with the key as the key ring loads it from RFC 9580 A.4. */
+static void test_x25519_a8_keyring(void **state)
+{
+	(void)state;
+	char path[512];
+	snprintf(path, sizeof(path), "%s/keys/a04-v6-secret-key.gpg", PD_TEST_DATA);
+	size_t klen;
+	uint8_t *kb = slurp(path, &klen), b[128], want[16];
+	size_t n = unhex(a8_pkesk_hex, b);
+	unhex("dd708f6fa1ed65114d68d2343e7c2f1d", want);
+	struct pd_keyring *kr;
+	char detail[200] = "";
+	assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+	if (pd_keyring_add(kr, kb, klen, NULL, 0, detail, sizeof(detail)) < 0)
+		fail_msg("a04: %s", detail);
+	struct pd_pkesk p;
+	assert_int_equal(pd_pkesk_parse(b, n, &p), 0);
+	int hits = 0;
+	for (size_t i = 0; i < pd__keyring_n(kr); i++) {
+		const struct pd_key *k = pd__keyring_get(kr, i);
+		if (memcmp(k->keyid, p.keyid, 8) != 0)
+			continue;
+		assert_int_equal(k->fpr_len, 32);
+		assert_memory_equal(k->fpr, p.fpr, 32);
+		struct pd_sesskey out;
+		uint32_t ok = 0;
+		assert_int_equal(pd_unwrap(NULL, k, &p, 7, &out, &ok), 0);
+		assert_int_equal(ok, ~0u);
+		assert_key(&out, 7, want, 16);
+		pd_wipe(&out, sizeof(out));
+		hits++;
+	}
+	assert_int_equal(hits, 1);
+	pd_keyring_free(kr);
+	free(kb);
+}
+
 int main(void)
 {
 	assert_int_equal(pd_lib_init(0), 0);
@@ -1138,11 +1192,12 @@ int main(void)
 		cmocka_unit_test(test_x25519_rfc9580_a8),
 		cmocka_unit_test(test_x25519_x448_roundtrip),
 		cmocka_unit_test(test_ecdh_cv25519),
-		cmocka_unit_test(test_ecdh_p256),
+		cmocka_unit_test(test_ecdh_weierstrass),
 		cmocka_unit_test(test_pkcs1_table),
 		cmocka_unit_test(test_rsa),
 		cmocka_unit_test(test_elgamal),
 		cmocka_unit_test(test_real_peers),
+		cmocka_unit_test(test_x25519_a8_keyring),
 	};
 	if (getenv("TEST_FILTER")) /* e.g. TEST_FILTER=test_rsa */
 		cmocka_set_test_filter(getenv("TEST_FILTER"));
