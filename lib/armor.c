@@ -73,20 +73,37 @@ static inline uint32_t crc24_update(uint32_t crc, uint8_t b)
 	return ((crc << 8) ^ crc24_table[((crc >> 16) ^ b) & 0xff]) & 0xffffff;
 }
 
+/* base64 value of each octet; B64_WS for whitespace other than '\n', B64_BAD otherwise */
+#define B64_BAD (-1)
+#define B64_WS (-2)
+static const int8_t b64tab[256] = {
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -2, -1, -2, -2, -2, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-2, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 62, -1, -1, -1, 63,
+	52, 53, 54, 55, 56, 57, 58, 59, 60, 61, -1, -1, -1, -1, -1, -1,
+	-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
+	15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, -1, -1, -1, -1, -1,
+	-1, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40,
+	41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+	-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+};
+
 static inline int b64val(uint8_t c)
 {
-	if (c >= 'A' && c <= 'Z') return c - 'A';
-	if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-	if (c >= '0' && c <= '9') return c - '0' + 52;
-	if (c == '+') return 62;
-	if (c == '/') return 63;
-	return -1;
+	return b64tab[c] >= 0 ? b64tab[c] : -1;
 }
 
 /* Whitespace other than the line feed, which ends lines. */
 static inline bool is_ws(uint8_t c)
 {
-	return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+	return b64tab[c] == B64_WS;
 }
 
 static void line_reset(struct pd_armor *a)
@@ -195,6 +212,55 @@ static int data_char(struct pd_armor *a, uint8_t c, uint8_t *out, size_t outcap,
 		a->quad = 0;
 	}
 	return 0;
+}
+
+/* The bulk of a body: whole quads and whitespace inside a base64 line.
+ * Stops before anything else (line end, '=', bad octets, full output),
+ * which step() then handles; returns the new input offset. */
+static size_t fast_data(struct pd_armor *a, const uint8_t *in, size_t inlen, size_t i,
+                        uint8_t *out, size_t outcap, size_t *o)
+{
+	if (a->data_done || a->npad)
+		return i;
+	size_t k = *o;
+	uint32_t crc = a->crc;
+	while (i < inlen) {
+		if (a->nquad == 0 && inlen - i >= 4 && outcap - k >= 3) {
+			int v0 = b64tab[in[i]], v1 = b64tab[in[i + 1]], v2 = b64tab[in[i + 2]], v3 = b64tab[in[i + 3]];
+			if ((v0 | v1 | v2 | v3) >= 0) {
+				uint32_t q = (uint32_t)v0 << 18 | (uint32_t)v1 << 12 | (uint32_t)v2 << 6 | (uint32_t)v3;
+				out[k] = (uint8_t)(q >> 16);
+				out[k + 1] = (uint8_t)(q >> 8);
+				out[k + 2] = (uint8_t)q;
+				crc = crc24_update(crc, out[k]);
+				crc = crc24_update(crc, out[k + 1]);
+				crc = crc24_update(crc, out[k + 2]);
+				k += 3;
+				i += 4;
+				continue;
+			}
+		}
+		int v = b64tab[in[i]];
+		if (v == B64_WS) {
+			i++;
+			continue;
+		}
+		if (v < 0 || (a->nquad > 0 && k == outcap))
+			break;
+		a->quad = (a->quad << 6) | (uint32_t)v;
+		if (++a->nquad >= 2) {
+			out[k] = (uint8_t)(a->quad >> (8 - 2 * a->nquad));
+			crc = crc24_update(crc, out[k++]);
+		}
+		if (a->nquad == 4) {
+			a->nquad = 0;
+			a->quad = 0;
+		}
+		i++;
+	}
+	a->crc = crc;
+	*o = k;
+	return i;
 }
 
 static int step_pre(struct pd_armor *a, uint8_t c)
@@ -406,6 +472,8 @@ int pd_armor_decode(struct pd_armor *a, const uint8_t *in, size_t inlen, size_t 
 			}
 			c = (uint8_t)a->line[a->rp_pos];
 		} else {
+			if (a->state == ST_B_DATA)
+				i = fast_data(a, in, inlen, i, out, outcap, &o);
 			if (i == inlen)
 				break;
 			c = in[i];
