@@ -59,6 +59,7 @@ static void finish(void)
 	m.exiting = true;
 	pd_log_info("SYS", "stopped");
 	pd_notify_deinit();
+	pd_sessions_close_all(); /* refused ones still lingering for their peer's EOF */
 	pd_sessions_deinit();
 	if (m.drain_timer_on) {
 		uv_timer_stop(&m.drain_timer);

@@ -170,6 +170,10 @@ int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsign
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	for (unsigned i = 0; i < nthreads; i++) {
 		struct thread_arg *a = malloc(sizeof(*a));
+		if (a) {
+			a->p = p;
+			a->index = i;
+		}
 		r = a ? pthread_create(&p->threads[i], NULL, worker_main, a) : ENOMEM;
 		if (r) {
 			free(a);
@@ -187,8 +191,6 @@ int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsign
 			 * only if the loop runs; at start-up failure the process exits. */
 			return -r;
 		}
-		a->p = p;
-		a->index = i;
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	*ret = p;

@@ -37,13 +37,15 @@ struct pd_session {
 	} io;
 	struct pd_listener *ls;
 	enum pd_peer_kind kind;
-	bool started;       /* counted in pd_d.sessions */
+	bool linked;        /* in pd_d.sessions (every accepted connection) */
+	bool started;       /* counted in pd_d.n_sessions (accepted and not refused) */
 	char peer[64];      /* "uid 1000" / "192.0.2.1": per-peer limit key, debug logs */
 
 	struct pd_frame_decoder *dec;
 	uint8_t *rbuf;
 	size_t rstart, rend;
-	bool reading, eof, hello_done, closing, failing, throttled;
+	bool reading, eof, hello_done, closing, failing, throttled, shut;
+	uv_shutdown_t shutdown_req;
 
 	struct pd_request **reqs; /* ring of owed replies, oldest first */
 	unsigned rq_head, rq_n, rq_cap;
@@ -65,6 +67,8 @@ static struct {
 } g;
 
 static void process(struct pd_session *s);
+static void update_reading(struct pd_session *s);
+static void finish_fail(struct pd_session *s);
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 static void on_idle(uv_idle_t *h);
 
@@ -136,15 +140,16 @@ void pd_session_close(struct pd_session *s)
 		s->woken = false;
 	}
 	drop_requests(s);
-	if (s->started) {
+	if (s->linked) {
 		if (s->prev)
 			s->prev->next = s->next;
 		else
 			pd_d.sessions = s->next;
 		if (s->next)
 			s->next->prev = s->prev;
-		pd_d.n_sessions--;
 	}
+	if (s->started)
+		pd_d.n_sessions--;
 	/* Pending writes complete with UV_ECANCELED before on_close. */
 	uv_close(&s->io.h, on_close);
 	pd_daemon_maybe_exit();
@@ -172,7 +177,7 @@ static void on_write(uv_write_t *wr, int status)
 	}
 	if (s->failing) {
 		if (!s->wbytes)
-			pd_session_close(s);
+			finish_fail(s);
 		return;
 	}
 	if (s->throttled && s->wbytes <= pd_d.cfg->write_low_watermark) {
@@ -236,6 +241,26 @@ static void write_list(struct pd_session *s, struct pd_obuf_list *l)
 		write_obuf(s, o);
 }
 
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+	struct pd_session *s = req->data;
+	if (status < 0 && !s->closing)
+		pd_session_close(s);
+}
+
+/* The ERROR frame is out: half-close and wait for the peer's EOF (closing
+ * with its data unread would make TCP send a reset that can destroy the
+ * ERROR frame before the peer reads it); the sweep ends the linger. */
+static void finish_fail(struct pd_session *s)
+{
+	if (s->shut || s->closing)
+		return;
+	s->shut = true;
+	s->shutdown_req.data = s;
+	if (s->eof || uv_shutdown(&s->shutdown_req, &s->io.s, on_shutdown) < 0)
+		pd_session_close(s);
+}
+
 /* Send an ERROR frame and close once it is written (or after a linger). */
 static void session_fail(struct pd_session *s, uint16_t status, const char *sentence)
 {
@@ -248,10 +273,7 @@ static void session_fail(struct pd_session *s, uint16_t status, const char *sent
 	s->failing = true;
 	s->fail_time = uv_now(pd_d.loop);
 	drop_requests(s);
-	if (s->reading) {
-		uv_read_stop(&s->io.s);
-		s->reading = false;
-	}
+	s->rstart = s->rend = 0; /* from now on, input is read and dropped */
 	struct pd_obuf *o = pd_obuf_new(PD_FRAME_HELLO_MAX);
 	if (o) {
 		int n = pd_frame_encode_error(o->data, o->cap, status, pd_status_name(status), sentence);
@@ -263,7 +285,9 @@ static void session_fail(struct pd_session *s, uint16_t status, const char *sent
 		}
 	}
 	if (!s->closing && !s->wbytes)
-		pd_session_close(s);
+		finish_fail(s);
+	if (!s->closing)
+		update_reading(s);
 }
 
 void pd_session_refuse(struct pd_session *s, uint16_t status, const char *sentence)
@@ -563,7 +587,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 
 static void update_reading(struct pd_session *s)
 {
-	bool want = !s->closing && !s->failing && !s->eof && s->rend < RBUF_SIZE;
+	bool want = !s->closing && !s->eof && s->rend < RBUF_SIZE;
 	if (want && !s->reading) {
 		if (uv_read_start(&s->io.s, on_alloc, on_read) == 0)
 			s->reading = true;
@@ -579,6 +603,11 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 
 	if (nread == 0 || s->closing)
 		return;
+	if (s->failing) { /* after ERROR: drain until the peer closes */
+		if (nread < 0)
+			pd_session_close(s);
+		return;
+	}
 	if (nread < 0) {
 		if (nread != UV_EOF) {
 			pd_log_debug("NET", "%s: read failed: %s", s->peer, uv_strerror((int)nread));
@@ -695,6 +724,11 @@ struct pd_session *pd_session_alloc(struct pd_listener *ls, enum pd_peer_kind ki
 		return NULL;
 	}
 	s->io.h.data = s;
+	s->linked = true;
+	s->next = pd_d.sessions;
+	if (s->next)
+		s->next->prev = s;
+	pd_d.sessions = s;
 	return s;
 }
 
@@ -704,7 +738,7 @@ static int peer_count(const char *peer)
 {
 	int n = 0;
 	for (struct pd_session *x = pd_d.sessions; x; x = x->next)
-		n += !strcmp(x->peer, peer);
+		n += x->started && !x->closing && !strcmp(x->peer, peer);
 	return n;
 }
 
@@ -811,10 +845,6 @@ void pd_session_start(struct pd_session *s)
 		return;
 	}
 	s->started = true;
-	s->next = pd_d.sessions;
-	if (s->next)
-		s->next->prev = s;
-	pd_d.sessions = s;
 	pd_d.n_sessions++;
 	pd_d.stats.connections_total++;
 	pd_log_debug("NET", "%s: connected on %s", s->peer, pd_listener_name(s->ls));

@@ -871,7 +871,7 @@ static int start_container(struct pd_msg *m, struct pd_worker *w)
 	struct layer *L = &m->layers[0];
 	int r;
 
-	if (m->info.container == 9 || m->info.container_version == 1) {
+	if (m->info.container == 9 || (m->info.container == 18 && m->info.container_version == 1)) {
 		r = pd_cfb_new(&m->cfb, w, m->sk, m->info.container == 9);
 		L->xk = X_CFB;
 	} else {
@@ -882,7 +882,8 @@ static int start_container(struct pd_msg *m, struct pd_worker *w)
 		return fail(m, r, "integrity check failed: wrong session key");
 	if (r < 0)
 		return fail(m, r, "%s: cannot start decryption (cipher %s)", pd_strerror(r), pd_sym_name(m->sk->algo));
-	m->info.sym_algo = m->sk->algo;
+	if (L->xk == X_CFB) /* AEAD containers name their cipher in the header */
+		m->info.sym_algo = m->sk->algo;
 	r = push_layer(m);
 	if (r < 0)
 		return r;

@@ -73,6 +73,18 @@ class Client:
         with self.lock:
             self.s.sendall(data)
 
+    def send_rest(self, rid, data, chunk=60000, end=True):
+        """DATA frames (and END) for an open request, from a thread."""
+        def run():
+            try:
+                self.send(b"".join(frame(DATA, rid, data[o:o + chunk]) for o in range(0, len(data), chunk))
+                          + (frame(END, rid) if end else b""))
+            except OSError:
+                pass
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        return t
+
     def recv_exact(self, n):
         while len(self.buf) < n:
             chunk = self.s.recv(max(65536, n - len(self.buf)))
@@ -95,7 +107,10 @@ class Client:
         return ftype, fid, payload
 
     def hello(self, vmin=1, vmax=1):
-        self.send(frame(HELLO, 0, b"PGPD" + struct.pack(">HH", vmin, vmax)))
+        try:
+            self.send(frame(HELLO, 0, b"PGPD" + struct.pack(">HH", vmin, vmax)))
+        except OSError:
+            pass  # the server may refuse (ERROR) and close before reading our HELLO
         ftype, _, p = self.recv_frame()
         assert ftype == HELLO and p[:4] == b"PGPD"
         version, _, self.max_frame, self.max_message, self.max_inflight = struct.unpack_from(">HHIQI", p, 4)

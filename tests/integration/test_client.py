@@ -426,3 +426,130 @@ def test_tls_bench(pki, tls_server, tmp_path):
     r = run(tls_args(pki, tls_server) + ["bench", "--concurrency", "4", "--requests", "40", "--json", str(a)])
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["ok"] == 40
+
+
+# ---------------------------------------------------------------------------
+# Against the real daemon: gpg makes a key and messages at test time.
+
+def gpg(home, *args, input=None):
+    return subprocess.run(["gpg", "--homedir", home, "--batch", "--yes", "--quiet", "--pinentry-mode", "loopback",
+                           "--trust-model", "always", *args], input=input, check=True, capture_output=True).stdout
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    if not os.path.exists(DAEMON) or not shutil.which("gpg"):
+        pytest.skip("needs a built daemon/pgpdecd and gpg")
+    base = tmp_path_factory.mktemp("real")
+    home = str(base / "gnupg")
+    os.makedirs(home, mode=0o700)
+    for uid in ["held@example.org", "other@example.org"]:
+        gpg(home, "--passphrase", "", "--quick-gen-key", uid, "rsa2048", "default", "never")
+        fpr = gpg(home, "--with-colons", "--list-keys", uid).decode().split("fpr:::::::::")[1].split(":")[0]
+        gpg(home, "--passphrase", "", "--quick-add-key", fpr, "rsa2048", "encr", "never")
+    keys = base / "keys"
+    keys.mkdir()
+    (keys / "held.gpg").write_bytes(gpg(home, "--export-secret-keys", "held@example.org"))
+    sock = str(base / "pgpdecd.sock")
+    log = open(base / "pgpdecd.log", "wb")
+    p = subprocess.Popen([DAEMON, "--listen", "unix:" + sock, "--keydir", str(keys), "--workers", "2"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(200):
+        if os.path.exists(sock) or p.poll() is not None:
+            break
+        time.sleep(0.05)
+    if not os.path.exists(sock):
+        p.kill()
+        pytest.fail("pgpdecd did not start: " + open(base / "pgpdecd.log").read())
+
+    lines = gpg(home, "--with-colons", "--list-keys", "held@example.org").decode().splitlines()
+    enc = [lines[i + 1].split(":")[9] for i, ln in enumerate(lines) if ln.startswith("sub")]
+
+    def enc_to(data, uid="held@example.org", *extra):
+        return gpg(home, "--encrypt", "-r", uid, "--compress-level", "0", *extra, input=data)
+    yield {"sock": sock, "enc": enc_to, "subkeys": enc, "base": base, "proc": p}
+    p.send_signal(15)
+    try:
+        p.wait(30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+    log.close()
+
+
+def test_real_decrypt_and_metadata(daemon):
+    msg = os.urandom(100000)
+    ct = daemon["enc"](msg)
+    r = run(["--socket", daemon["sock"], "-v"], input=ct)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == msg
+    line = one_line(r.stderr)
+    assert f"key={daemon['subkeys'][0]}" in line and "integrity=" in line and "pk=RSA" in line
+
+
+def test_real_pipelined_files_to_dir(daemon, tmp_path):
+    files, plains = [], []
+    for i in range(12):
+        m = os.urandom(37 * i * i + 1)
+        p = tmp_path / f"m{i}.gpg"
+        p.write_bytes(daemon["enc"](m, "held@example.org", *(["--armor"] if i % 3 == 0 else [])))
+        files.append(str(p))
+        plains.append(m)
+    out = tmp_path / "out"
+    out.mkdir()
+    r = run(["--socket", daemon["sock"], "-o", str(out)] + files)
+    assert r.returncode == 0, r.stderr
+    for i, m in enumerate(plains):
+        assert (out / f"m{i}").read_bytes() == m
+    assert len(os.listdir(out)) == 12
+
+
+def test_real_failures(daemon, tmp_path):
+    ct = bytearray(daemon["enc"](b"secret text " * 1000))
+    ct[len(ct) // 2] ^= 0x40  # inside the encrypted data: the MDC catches it
+    out = tmp_path / "o"
+    r = run(["--socket", daemon["sock"], "-o", str(out)], input=bytes(ct))
+    assert r.returncode == 65, r.stderr
+    one_line(r.stderr)
+    assert not out.exists() and os.listdir(tmp_path) == []
+
+    r = run(["--socket", daemon["sock"]], input=daemon["enc"](b"x", "other@example.org"))
+    assert r.returncode == 69, r.stderr
+    assert "NO_KEY" in one_line(r.stderr)
+
+    r = run(["--socket", daemon["sock"]], input=b"this is not OpenPGP at all\n" * 10)
+    assert r.returncode == 65 and "NOT_PGP" in one_line(r.stderr)
+
+    good = daemon["enc"](os.urandom(5000))
+    r = run(["--socket", daemon["sock"], "--verified-only"], input=good[:len(good) - 30])
+    assert r.returncode == 65, r.stderr
+    assert r.stdout == b""
+    one_line(r.stderr)
+
+
+def test_real_large_stream(daemon):
+    msg = os.urandom(1 << 20) * 16
+    ct = daemon["enc"](msg)
+    r = run(["--socket", daemon["sock"]], input=ct, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert hashlib.sha256(r.stdout).digest() == hashlib.sha256(msg).digest()
+
+
+def test_real_ping_stats_keys(daemon):
+    r = run(["--socket", daemon["sock"], "ping"])
+    assert r.returncode == 0 and r.stdout.startswith(b"pong from "), r.stderr
+    r = run(["--socket", daemon["sock"], "keys"])
+    assert r.returncode == 0, r.stderr
+    listed = {ln.split()[0] for ln in r.stdout.decode().splitlines()}
+    assert set(daemon["subkeys"]) <= listed
+    r = run(["--socket", daemon["sock"], "stats"])
+    assert r.returncode == 0 and b"pgpdecd_" in r.stdout, r.stderr
+
+
+def test_real_bench(daemon, tmp_path):
+    a = tmp_path / "a.gpg"
+    a.write_bytes(daemon["enc"](os.urandom(4096)))
+    r = run(["--socket", daemon["sock"], "bench", "--concurrency", "8", "--requests", "200", "--json", str(a)])
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["ok"] == 200 and j["failed"] == 0
+    assert j["latency_ms"]["p50"] <= j["latency_ms"]["p99"] <= j["latency_ms"]["max"]
