@@ -157,12 +157,14 @@ def test_sysusers_tmpfiles(tmp_path):
     uid, gid = int(m.group(1)), int(m.group(2))
     assert re.search(rf"^pgpdecd:x:{gid}:", (tmp_path / "etc/group").read_text(), re.M)
     r = subprocess.run(["systemd-tmpfiles", f"--root={tmp_path}", "--create",
-                        str(SRC / "packaging/systemd/pgpdecd.tmpfiles")],
+                        str(BUILD / "packaging/pgpdecd.tmpfiles")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     st = (tmp_path / "run/pgpdecd").stat()
     assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (uid, gid, 0o750)
-    st = (tmp_path / "etc/pgpdecd/passphrase").stat()
+    tmpfiles = (BUILD / "packaging/pgpdecd.tmpfiles").read_text()
+    (passfile,) = re.findall(r"^f (\S+/passphrase) ", tmpfiles, re.M)
+    st = (tmp_path / passfile.lstrip("/")).stat()
     assert (st.st_uid, st.st_mode & 0o7777, st.st_size) == (0, 0o600, 0)
 
 
