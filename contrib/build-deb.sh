@@ -40,9 +40,14 @@ cp -a "$TREE/packaging/debian" "$TREE/debian"
 
 opts="parallel=$JOBS"
 [ "${PD_DEB_CHECK:-0}" = 1 ] || opts="$opts nocheck"
+profiles=""
+[ "${PD_DEB_CHECK:-0}" = 1 ] || profiles=nocheck
+# A clean environment: a developer's PATH (pyenv shims, ~/.local) must not
+# leak into the package (a shell hook's error once landed in a triggers file).
 (
 	cd "$TREE"
-	DEB_BUILD_OPTIONS="$opts" DEB_BUILD_PROFILES="$( [ "${PD_DEB_CHECK:-0}" = 1 ] || echo nocheck)" \
+	env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="$TMP" LC_ALL=C.UTF-8 \
+		DEB_BUILD_OPTIONS="$opts" DEB_BUILD_PROFILES="$profiles" \
 		dpkg-buildpackage -us -uc -b
 ) >"$OUT/build-deb.log" 2>&1 || {
 	tail -n 60 "$OUT/build-deb.log" >&2
