@@ -5,6 +5,8 @@ compared byte for byte with the plaintext."""
 
 import pytest
 
+import pgp
+
 from conftest import (CANNOT, KEYS, KIB, LEAN, MATRIX_KEYS, MIB, PASSPHRASE, PEERS,
                       backends_for, expect_err, expect_ok)
 
@@ -187,15 +189,21 @@ def test_protected_key_bad_passphrase(pd, ct, keys, matrix, key):
     expect_err(pd(msg, [keys[key]]), "ENEEDPASS")
 
 
-def test_key_file_with_many_keys(pd, ct, keys, plain, tools, matrix):
-    matrix("key files", "gpg", "several keys, one file")
+@pytest.mark.parametrize("form", ["binary", "armored"])
+def test_key_file_with_many_keys(pd, ct, keys, plain, tools, matrix, form):
+    matrix("key files", "gpg", f"several keys, one file ({form})")
     names = ["gpg-rsa2048", "gpg-cv25519", "gpg-p256", "gpg-elg", "sq-cv25519", "rnp-rsa2048"]
-    both = tools.tmp(".keys")
-    # binary and armored key blocks, back to back in one file
-    both.write_bytes(b"".join(keys[n].key.read_bytes() for n in names))
+    blobs = []
+    for n in names:
+        b = keys[n].key.read_bytes()
+        if b.lstrip().startswith(b"-----BEGIN"):
+            b = pgp.dearmor(b)
+        blobs.append(pgp.armor(b, "PRIVATE KEY BLOCK") if form == "armored" else b)
+    f = tools.tmp(".keys")
+    f.write_bytes(b"".join(blobs))
     for n in names:
         msg = ct.get("gpg", n, 4 * KIB)
-        expect_ok(pd(msg, [both]), plain.get(4 * KIB))
+        expect_ok(pd(msg, [f]), plain.get(4 * KIB))
 
 
 def test_armored_key_file(pd, ct, keys, plain, tools, matrix):
