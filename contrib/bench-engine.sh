@@ -15,16 +15,16 @@ WORK=$(mktemp -d /tmp/pgpdecd-bench.XXXXXX)
 export GNUPGHOME="$WORK/gnupg"
 trap 'gpgconf --kill all 2>/dev/null || true; rm -rf "$WORK"' EXIT INT TERM
 mkdir -m 700 "$GNUPGHOME"
-G="gpg --batch --no-tty --pinentry-mode loopback --passphrase ''"
-$G -q --quick-gen-key '<bench@pgpdecd.example>' ed25519 cert never
+G() { gpg --batch --no-tty --pinentry-mode loopback --passphrase '' "$@"; }
+G -q --quick-gen-key '<bench@pgpdecd.example>' ed25519 cert never
 FPR=$(gpg --with-colons -k '<bench@pgpdecd.example>' | awk -F: '/^fpr/{print $10; exit}')
-$G -q --quick-add-key "$FPR" cv25519 encr never
-$G --export-secret-keys >"$WORK/key.pgp"
+G -q --quick-add-key "$FPR" cv25519 encr never
+G --export-secret-keys >"$WORK/key.pgp"
 head -c 52428800 /dev/urandom >"$WORK/random"
 yes 'The quick brown fox jumps over the lazy dog 0123456789 lorem ipsum dolor' |
 	head -c 52428800 >"$WORK/text"
-$G --trust-model always -r "$FPR" --compress-algo none -o "$WORK/none.pgp" -e "$WORK/random"
-$G --trust-model always -r "$FPR" --compress-algo zlib -o "$WORK/zlib.pgp" -e "$WORK/text"
+G --trust-model always -r "$FPR" --compress-algo none -o "$WORK/none.pgp" -e "$WORK/random"
+G --trust-model always -r "$FPR" --compress-algo zlib -o "$WORK/zlib.pgp" -e "$WORK/text"
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 for m in none zlib; do
 	f="$WORK/$m.pgp"
@@ -33,7 +33,7 @@ for m in none zlib; do
 	t0=$(date +%s%N)
 	runs=0
 	while [ $runs -lt 3 ]; do
-		$G -q -d -o /dev/null "$f" 2>/dev/null
+		G -q -d -o /dev/null "$f" 2>/dev/null
 		runs=$((runs + 1))
 	done
 	t1=$(date +%s%N)
