@@ -12,18 +12,27 @@
 #include "internal.h"
 
 struct pd_armor { /* embedded by value in its owner; fields private to armor.c */
-	int state;
+	int state;            /* > 0 a state, < 0 a sticky error */
 	uint32_t quad;        /* base64 bits accumulated */
 	int nquad;            /* sextets in quad */
 	int npad;             /* '=' seen in the current quad */
+	bool data_done;       /* '=' padding closed the data: only CRC/END may follow */
+	bool line_skip;       /* current line cannot be a marker / overflowed line[] */
+	bool maybe_body;      /* header-area line so far looks like base64 */
+	bool replay;          /* line[rp_pos..line_len) still goes to the body decoder */
 	uint32_t crc;         /* running CRC24 of the decoded data */
 	uint32_t crc_given;   /* CRC24 from the armor, if any */
-	int crc_state;        /* 0 none, 1 matched, -1 mismatched */
+	int crc_state;        /* 0 none, 1 matched, -1 mismatched or malformed */
 	size_t line_len;      /* bytes in line[] */
+	size_t rp_pos;        /* next line[] octet to replay */
 	char line[128];       /* current header/marker line (prefix kept) */
 	uint64_t skipped;     /* preamble/header bytes skipped (capped) */
 	uint8_t kind;         /* what BEGIN said: 1 MESSAGE, 2 PRIVATE KEY BLOCK, 3 PUBLIC KEY BLOCK, 4 SIGNATURE */
 };
+
+/* Text before BEGIN and the armor headers are each capped at this many octets. */
+#define PD_ARMOR_PREAMBLE_MAX (64 * 1024)
+#define PD_ARMOR_HEADERS_MAX (64 * 1024)
 
 /** Decide whether data is armored: 1 armored, 0 binary, PD_EAGAIN if more
  * input is needed, PD_ENOTPGP if it is neither. eof: no more input follows. */
@@ -31,8 +40,11 @@ PD_HIDDEN int pd_armor_detect(const uint8_t *in, size_t len, bool eof);
 PD_HIDDEN void pd_armor_init(struct pd_armor *a);
 /** Decode: consume up to inlen octets, write up to outcap binary octets.
  * Returns 0 (call again with more input or more room), 1 when the END line
- * was read (nothing more will come), or PD_EMALFORMED / PD_ELIMIT; eof says
- * no input follows (then a missing END line is PD_ETRUNCATED). */
+ * was read (nothing more will come; text after it is left unconsumed), or
+ * PD_EMALFORMED / PD_ELIMIT / PD_EUNSUPPORTED (cleartext-signed or multi-part
+ * armor) / PD_ENOTPGP (no BEGIN line within the preamble cap); errors are
+ * sticky.  eof says no input follows (then a missing END line is
+ * PD_ETRUNCATED). */
 PD_HIDDEN int pd_armor_decode(struct pd_armor *a, const uint8_t *in, size_t inlen, size_t *ret_used,
                               uint8_t *out, size_t outcap, size_t *ret_out, bool eof);
 /** Decode a whole buffer holding one or more armored blocks (or binary data,

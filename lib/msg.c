@@ -1,2 +1,1300 @@
-/* PLACEHOLDER: the message pipeline, being written. */
-#include "internal.h"
+/* SPDX-License-Identifier: MIT */
+/*
+ * The message pipeline: composes the stages of one OpenPGP message.
+ *
+ *   input buffer -> [armor] -> layer 0 (outer packets: ESKs, container)
+ *                -> container (SEIPD v1 / v2 / OCB / SED)  -> layer 1 (packets)
+ *                -> [compressed -> inflate]                -> layer 2 ...
+ *                -> literal body -> caller's output buffer
+ *
+ * Each layer holds a bounded buffer of its packet stream and a packet
+ * reader (header, partial lengths, current packet state).  A layer whose
+ * current packet is a container or compressed packet runs a transform that
+ * fills the buffer of the next layer.  pd_msg_step() sweeps the layers until
+ * nothing moves: the deepest layer parses, the ones above feed it.  Memory
+ * is bounded: one buffer per layer, the depth capped, the collected packets
+ * (ESKs, one-pass signatures, signature heads) capped in size.
+ *
+ * Errors from the inner layers of a SEIPD v1 or SED container arrive before
+ * the MDC could be checked: they are reported as integrity failures, since
+ * the octets they complain about are unauthenticated.
+ */
+#include <gcrypt.h>
+
+#include "armor.h"
+#include "pgp/algo.h"
+#include "pgp/inflate.h"
+#include "pgp/key.h"
+#include "pgp/seipd.h"
+#include "pgp/skesk.h"
+#include "pgp/unwrap.h"
+
+#define BUF_SIZE (64 * 1024)
+#define COLL_MAX 8192      /* largest ESK / one-pass / signature head collected */
+#define LAYERS_MAX 16      /* hard ceiling, whatever the configured depth */
+#define CHDR_MAX 64        /* container header (version + AEAD parameters) */
+
+struct buf {
+	uint8_t *d;
+	size_t cap, start, end;
+};
+
+enum lstate {
+	L_HEADER,       /* expecting a packet header */
+	L_COLLECT,      /* copying body octets into m->coll */
+	L_SKIP,         /* discarding the rest of a body */
+	L_LITERAL,      /* streaming a literal body to the caller */
+	L_NEED_KEY,     /* layer 0: container header read, waiting for the session key */
+	L_XFORM,        /* feeding the body through a transform into the child layer */
+	L_XFORM_DONE,   /* transform finished, the child layer still parsing */
+};
+
+enum coll_kind { C_PKESK, C_SKESK, C_CONTAINER, C_LITHDR, C_OPS, C_SIG, C_COMPRESSED };
+enum xkind { X_NONE, X_CFB, X_AEAD, X_INFLATE };
+
+struct layer {
+	struct buf *in;        /* this layer's packet stream */
+	struct buf own;        /* storage for it (layer 0 uses the input buffer when binary) */
+	bool in_eof;           /* the producer has finished */
+	uint64_t off;          /* stream octets consumed, for error offsets */
+	enum lstate st;
+	/* current packet */
+	uint8_t tag;
+	uint64_t pkt_off;
+	uint64_t part_left;
+	bool partial, indet;
+	uint32_t nparts;
+	/* collection */
+	enum coll_kind ckind;
+	size_t cwant, chave;
+	bool cwhole;           /* collect the whole body (up to COLL_MAX) */
+	/* transform into the child layer */
+	enum xkind xk;
+	struct pd_inflate *z;
+	uint64_t x_in, x_out;
+};
+
+struct esk {
+	uint8_t tag;           /* 1 PKESK, 3 SKESK */
+	size_t len;
+	uint8_t *body;
+};
+
+struct pd_msg {
+	struct pd_limits lim;
+	struct pd_msginfo info;
+	char detail[512];
+	int err;
+	bool done;
+	bool input_closed;
+	int mode;              /* -1 unknown, 0 binary, 1 armored */
+	bool armor_end;
+	struct pd_armor armor;
+	struct buf raw;        /* caller's input */
+	struct layer layers[LAYERS_MAX];
+	size_t depth;          /* layers in use */
+	uint8_t *coll;         /* COLL_MAX octets */
+	uint32_t npackets;
+	/* outer layer */
+	struct esk *esks;
+	size_t n_esk;
+	bool container_seen, container_done;
+	uint8_t chdr[CHDR_MAX];
+	size_t chdr_len;
+	struct pd_sesskey *sk; /* secure memory */
+	bool have_key;
+	char *password;        /* secure memory */
+	size_t password_len;
+	struct pd_cfb *cfb;
+	struct pd_aead *aead;
+	bool metadata_pending;
+	uint32_t n_ops;
+};
+
+/* ------------------------------------------------------------------ */
+/* limits */
+
+void pd_limits_default(struct pd_limits *lim)
+{
+	*lim = (struct pd_limits){
+		.max_output = 4ull << 30,
+		.max_input = 0,
+		.max_ratio = 250,
+		.ratio_grace = 8u << 20,
+		.max_depth = 8,
+		.max_packets = 4096,
+		.max_partials = 1u << 22,
+		.max_esk = 1000,
+		.max_key_trials = 64,
+		.max_aead_chunk_log = 16,
+		.max_argon2_kib = 256u * 1024,
+		.max_s2k_count = 65011712,
+		.allow_sed = false,
+	};
+}
+
+/* ------------------------------------------------------------------ */
+/* buffers */
+
+static size_t buf_avail(const struct buf *b) { return b->end - b->start; }
+static const uint8_t *buf_data(const struct buf *b) { return b->d + b->start; }
+
+static void buf_consume(struct buf *b, size_t n)
+{
+	b->start += n;
+	if (b->start == b->end)
+		b->start = b->end = 0;
+}
+
+/* Room at the end, compacting when the free tail gets small. */
+static size_t buf_space(struct buf *b)
+{
+	if (b->start && b->cap - b->end < b->cap / 2) {
+		memmove(b->d, b->d + b->start, b->end - b->start);
+		b->end -= b->start;
+		b->start = 0;
+	}
+	return b->cap - b->end;
+}
+
+static int buf_init(struct buf *b)
+{
+	b->d = malloc(BUF_SIZE);
+	if (!b->d)
+		return -ENOMEM;
+	b->cap = BUF_SIZE;
+	b->start = b->end = 0;
+	return 0;
+}
+
+static void buf_deinit(struct buf *b)
+{
+	if (b->d) {
+		pd_wipe(b->d, b->cap);
+		free(b->d);
+	}
+	*b = (struct buf){ 0 };
+}
+
+/* ------------------------------------------------------------------ */
+/* errors */
+
+__attribute__((format(printf, 3, 4)))
+static int fail(struct pd_msg *m, int err, const char *fmt, ...)
+{
+	if (m->err)
+		return m->err;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(m->detail, sizeof(m->detail), fmt, ap);
+	va_end(ap);
+	m->err = err;
+	return err;
+}
+
+/* Inside SEIPD v1 / SED everything is unauthenticated until the MDC: a
+ * parse or decompression error there is reported as an integrity failure. */
+static int fail_inner(struct pd_msg *m, size_t li, int err, const char *what)
+{
+	if (li >= 1 && !m->container_done && !m->aead &&
+	    (err == PD_EMALFORMED || err == PD_ETRUNCATED || err == PD_EINTEGRITY))
+		return fail(m, PD_EINTEGRITY, "integrity check failed: %s in unauthenticated decrypted data "
+		            "(layer %zu, offset %llu)", what, li, (unsigned long long)m->layers[li].pkt_off);
+	return fail(m, err, "%s: %s (layer %zu, offset %llu)", pd_strerror(err), what, li,
+	            (unsigned long long)m->layers[li].pkt_off);
+}
+
+/* ------------------------------------------------------------------ */
+/* packet headers (RFC 9580 §4.2) */
+
+/* New-format length at p: 0 ok, PD_EAGAIN if more octets are needed. */
+static int parse_newlen(const uint8_t *p, size_t av, uint64_t *len, bool *partial, size_t *hlen)
+{
+	if (av < 1)
+		return PD_EAGAIN;
+	uint8_t o = p[0];
+	*partial = false;
+	if (o < 192) {
+		*len = o;
+		*hlen = 1;
+	} else if (o < 224) {
+		if (av < 2)
+			return PD_EAGAIN;
+		*len = ((uint64_t)(o - 192) << 8) + p[1] + 192;
+		*hlen = 2;
+	} else if (o == 255) {
+		if (av < 5)
+			return PD_EAGAIN;
+		*len = pd_be32(p + 1);
+		*hlen = 5;
+	} else {
+		*len = 1ull << (o & 0x1F);
+		*partial = true;
+		*hlen = 1;
+	}
+	return 0;
+}
+
+static bool may_be_partial(uint8_t tag)
+{
+	return tag == 8 || tag == 9 || tag == 11 || tag == 18 || tag == 20;
+}
+
+/* Parse the next header of layer li: 0 ok, 1 clean end of the stream,
+ * PD_EAGAIN, or an error. */
+static int parse_header(struct pd_msg *m, size_t li)
+{
+	struct layer *L = &m->layers[li];
+	size_t av = buf_avail(L->in);
+	const uint8_t *p = buf_data(L->in);
+	uint64_t len = 0;
+	size_t hlen;
+	bool partial = false, indet = false;
+	uint8_t tag;
+
+	if (!av)
+		return L->in_eof ? 1 : PD_EAGAIN;
+	L->pkt_off = L->off;
+	if (!(p[0] & 0x80))
+		return fail_inner(m, li, PD_EMALFORMED, "invalid packet header octet");
+	if (p[0] & 0x40) {
+		tag = p[0] & 0x3F;
+		int r = parse_newlen(p + 1, av - 1, &len, &partial, &hlen);
+		if (r == PD_EAGAIN)
+			return L->in_eof ? fail_inner(m, li, PD_ETRUNCATED, "truncated packet header") : r;
+		hlen += 1;
+	} else {
+		tag = (p[0] >> 2) & 0x0F;
+		size_t lt = p[0] & 3;
+		static const size_t nlen[4] = { 1, 2, 4, 0 };
+		hlen = 1 + nlen[lt];
+		if (av < hlen)
+			return L->in_eof ? fail_inner(m, li, PD_ETRUNCATED, "truncated packet header") : PD_EAGAIN;
+		if (lt == 0)
+			len = p[1];
+		else if (lt == 1)
+			len = pd_be16(p + 1);
+		else if (lt == 2)
+			len = pd_be32(p + 1);
+		else
+			indet = true;
+	}
+	if (tag == 0)
+		return fail_inner(m, li, PD_EMALFORMED, "packet tag 0");
+	if ((partial || indet) && !may_be_partial(tag))
+		return fail_inner(m, li, PD_EMALFORMED, "partial or indeterminate length on a packet that must not have one");
+	if (++m->npackets > m->lim.max_packets)
+		return fail(m, PD_ELIMIT, "limit exceeded: more than %u packets", m->lim.max_packets);
+	buf_consume(L->in, hlen);
+	L->off += hlen;
+	L->tag = tag;
+	L->part_left = len;
+	L->partial = partial;
+	L->indet = indet;
+	L->nparts = 1;
+	return 0;
+}
+
+/* Contiguous octets of the current body: 1 with *n > 0, 0 when the body has
+ * ended, PD_EAGAIN, or an error.  Reads continuation length headers. */
+static int body_peek(struct pd_msg *m, size_t li, const uint8_t **p, size_t *n)
+{
+	struct layer *L = &m->layers[li];
+	for (;;) {
+		size_t av = buf_avail(L->in);
+		if (L->indet) {
+			if (av) {
+				*p = buf_data(L->in);
+				*n = av;
+				return 1;
+			}
+			return L->in_eof ? 0 : PD_EAGAIN;
+		}
+		if (L->part_left) {
+			if (!av)
+				return L->in_eof ? fail_inner(m, li, PD_ETRUNCATED, "packet body truncated") : PD_EAGAIN;
+			*p = buf_data(L->in);
+			*n = (size_t)PD_MIN((uint64_t)av, L->part_left);
+			return 1;
+		}
+		if (!L->partial)
+			return 0;
+		uint64_t len;
+		bool partial;
+		size_t hlen;
+		int r = parse_newlen(buf_data(L->in), av, &len, &partial, &hlen);
+		if (r == PD_EAGAIN)
+			return L->in_eof ? fail_inner(m, li, PD_ETRUNCATED, "truncated partial length") : r;
+		if (++L->nparts > m->lim.max_partials)
+			return fail(m, PD_ELIMIT, "limit exceeded: more than %u partial-length parts", m->lim.max_partials);
+		buf_consume(L->in, hlen);
+		L->off += hlen;
+		L->part_left = len;
+		L->partial = partial;
+	}
+}
+
+static void body_consume(struct layer *L, size_t n)
+{
+	buf_consume(L->in, n);
+	L->off += n;
+	if (!L->indet)
+		L->part_left -= n;
+}
+
+/* ------------------------------------------------------------------ */
+/* collected packets */
+
+static void start_collect(struct layer *L, enum coll_kind k, size_t want, bool whole)
+{
+	L->st = L_COLLECT;
+	L->ckind = k;
+	L->cwant = want;
+	L->chave = 0;
+	L->cwhole = whole;
+}
+
+static int add_esk(struct pd_msg *m, size_t li)
+{
+	struct layer *L = &m->layers[li];
+	if (m->container_seen)
+		return fail(m, PD_EMALFORMED, "session key packet after the encrypted data (offset %llu)",
+		            (unsigned long long)L->pkt_off);
+	if (m->n_esk >= m->lim.max_esk)
+		return fail(m, PD_ELIMIT, "limit exceeded: more than %u session key packets", m->lim.max_esk);
+	struct esk *n = realloc(m->esks, (m->n_esk + 1) * sizeof(*n));
+	if (!n)
+		return fail(m, -ENOMEM, "out of memory");
+	m->esks = n;
+	uint8_t *body = malloc(L->chave ? L->chave : 1);
+	if (!body)
+		return fail(m, -ENOMEM, "out of memory");
+	memcpy(body, m->coll, L->chave);
+	m->esks[m->n_esk++] = (struct esk){ L->tag, L->chave, body };
+
+	if (L->tag == 3) {
+		m->info.n_skesk++;
+		return 0;
+	}
+	struct pd_pkesk pk;
+	int r = pd_pkesk_parse(body, L->chave, &pk);
+	if (r == PD_EMALFORMED)
+		return fail(m, r, "malformed public-key encrypted session key packet at offset %llu",
+		            (unsigned long long)L->pkt_off);
+	if (r < 0) /* unknown versions are skipped (RFC 9580 §5.1) */
+		return 0;
+	m->info.n_recipients_total++;
+	if (m->info.n_recipients < PD_MAX_RECIPIENTS) {
+		struct pd_recipient *rc = &m->info.recipients[m->info.n_recipients++];
+		rc->version = pk.version;
+		rc->pk_algo = pk.pk_algo;
+		rc->wildcard = pk.wildcard;
+		memcpy(rc->keyid, pk.keyid, 8);
+		rc->fpr_len = pk.fpr_len;
+		memcpy(rc->fpr, pk.fpr, pk.fpr_len);
+	}
+	return 0;
+}
+
+static void add_issuer(struct pd_msg *m, const uint8_t *kid)
+{
+	for (size_t i = 0; i < m->info.n_issuers; i++)
+		if (!memcmp(m->info.issuers[i], kid, 8))
+			return;
+	if (m->info.n_issuers < PD_MAX_ISSUERS)
+		memcpy(m->info.issuers[m->info.n_issuers++], kid, 8);
+}
+
+/* Issuer of a signature packet head (v3: fixed field; v4/v6: subpackets
+ * 16 issuer key ID or 33 issuer fingerprint, hashed or unhashed area). */
+static void sig_issuer(struct pd_msg *m, const uint8_t *p, size_t n)
+{
+	if (n >= 15 && p[0] == 3) {
+		add_issuer(m, p + 7);
+		return;
+	}
+	size_t pos, cntlen;
+	if (n >= 4 && p[0] == 4) {
+		pos = 4;
+		cntlen = 2;
+	} else if (n >= 4 && p[0] == 6) {
+		pos = 4;
+		cntlen = 4;
+	} else {
+		return;
+	}
+	for (int area = 0; area < 2; area++) {
+		if (pos + cntlen > n)
+			return;
+		uint64_t alen = cntlen == 2 ? pd_be16(p + pos) : pd_be32(p + pos);
+		pos += cntlen;
+		if (alen > n - pos)
+			return;
+		size_t end = pos + (size_t)alen;
+		while (pos < end) {
+			uint64_t sl;
+			size_t hl;
+			uint8_t o = p[pos];
+			if (o < 192) {
+				sl = o;
+				hl = 1;
+			} else if (o < 255) {
+				if (pos + 2 > end)
+					return;
+				sl = ((uint64_t)(o - 192) << 8) + p[pos + 1] + 192;
+				hl = 2;
+			} else {
+				if (pos + 5 > end)
+					return;
+				sl = pd_be32(p + pos + 1);
+				hl = 5;
+			}
+			if (sl < 1 || sl > end - pos - hl)
+				return;
+			const uint8_t *sp = p + pos + hl;
+			uint8_t type = sp[0] & 0x7F;
+			if (type == 16 && sl == 9)
+				add_issuer(m, sp + 1);
+			else if (type == 33 && sl == 22 && sp[1] == 4)
+				add_issuer(m, sp + 2 + 12);
+			else if (type == 33 && sl == 34 && sp[1] == 6)
+				add_issuer(m, sp + 2);
+			pos += hl + (size_t)sl;
+		}
+	}
+}
+
+static int push_layer(struct pd_msg *m)
+{
+	if (m->depth >= LAYERS_MAX || m->depth > m->lim.max_depth)
+		return fail(m, PD_ELIMIT, "limit exceeded: nesting deeper than %u", m->lim.max_depth);
+	struct layer *c = &m->layers[m->depth];
+	*c = (struct layer){ 0 };
+	int r = buf_init(&c->own);
+	if (r < 0)
+		return fail(m, r, "out of memory");
+	c->in = &c->own;
+	m->depth++;
+	return 0;
+}
+
+static void pop_layer(struct pd_msg *m)
+{
+	struct layer *c = &m->layers[--m->depth];
+	pd_inflate_free(c->z);
+	buf_deinit(&c->own);
+	*c = (struct layer){ 0 };
+}
+
+/* A collection finished: act on it.  Sets the layer's next state. */
+static int collected(struct pd_msg *m, size_t li)
+{
+	struct layer *L = &m->layers[li];
+	const uint8_t *c = m->coll;
+	int r;
+
+	switch (L->ckind) {
+	case C_PKESK:
+	case C_SKESK:
+		r = add_esk(m, li);
+		if (r < 0)
+			return r;
+		L->st = L_SKIP;
+		return 0;
+	case C_OPS:
+		m->n_ops++;
+		if (L->chave >= 12 && c[0] == 3)
+			add_issuer(m, c + 4);
+		else if (L->chave >= 38 && c[0] == 6 && c[4] <= 32 && L->chave >= (size_t)5 + c[4] + 32)
+			add_issuer(m, c + 5 + c[4]);
+		L->st = L_SKIP;
+		return 0;
+	case C_SIG:
+		m->info.n_signatures++;
+		sig_issuer(m, c, L->chave);
+		L->st = L_SKIP;
+		return 0;
+	case C_LITHDR:
+		if (L->chave < 2)
+			return fail_inner(m, li, PD_EMALFORMED, "literal data packet too short");
+		if (L->cwant == 2) { /* format and name length read: now name and date */
+			start_collect(L, C_LITHDR, 2 + (size_t)c[1] + 4, false);
+			L->chave = 2;
+			return 0;
+		}
+		if (L->chave < L->cwant)
+			return fail_inner(m, li, PD_EMALFORMED, "literal data packet too short");
+		m->info.has_literal = true;
+		m->info.literal_format = (char)c[0];
+		m->info.literal_name_len = c[1];
+		memcpy(m->info.literal_name, c + 2, c[1]);
+		m->info.literal_name[c[1]] = 0;
+		m->info.literal_date = pd_be32(c + 2 + c[1]);
+		m->metadata_pending = true;
+		L->st = L_LITERAL;
+		return 0;
+	case C_COMPRESSED:
+		if (L->chave < 1)
+			return fail_inner(m, li, PD_EMALFORMED, "empty compressed data packet");
+		if (m->info.n_compression < PD_ARRAY_SIZE(m->info.compression))
+			m->info.compression[m->info.n_compression++] = c[0];
+		r = pd_inflate_new(&L->z, c[0]);
+		if (r < 0)
+			return fail(m, r, "unsupported compression algorithm %u", c[0]);
+		r = push_layer(m);
+		if (r < 0)
+			return r;
+		L->xk = X_INFLATE;
+		L->x_in = L->x_out = 0;
+		L->st = L_XFORM;
+		return 0;
+	case C_CONTAINER:
+		memcpy(m->chdr + m->chdr_len, c, L->chave);
+		m->chdr_len += L->chave;
+		if (m->chdr_len < 1)
+			return fail(m, PD_EMALFORMED, "empty encrypted data packet");
+		if (L->tag == 18 && m->chdr[0] == 1) {
+			m->info.container_version = 1;
+		} else if (L->tag == 18 || L->tag == 20) {
+			if (m->chdr_len < 4 && (L->tag == 20 || m->chdr[0] == 2)) {
+				start_collect(L, C_CONTAINER, 4 - m->chdr_len, false);
+				return 0;
+			}
+			size_t hl;
+			r = pd_aead_header_len(L->tag, m->chdr, &hl);
+			if (r < 0)
+				return fail(m, r, "%s: encrypted data packet version %u, cipher %u, AEAD %u",
+				            pd_strerror(r), m->chdr[0], m->chdr_len > 1 ? m->chdr[1] : 0,
+				            m->chdr_len > 2 ? m->chdr[2] : 0);
+			if (hl > CHDR_MAX)
+				return fail(m, PD_EMALFORMED, "encrypted data header too long");
+			if (m->chdr_len < hl) {
+				start_collect(L, C_CONTAINER, hl - m->chdr_len, false);
+				return 0;
+			}
+			m->info.container_version = m->chdr[0];
+			m->info.sym_algo = m->chdr[1];
+			m->info.aead_algo = m->chdr[2];
+			m->info.aead_chunk_log = m->chdr[3];
+		}
+		L->st = L_NEED_KEY;
+		return 0;
+	}
+	return fail(m, PD_EINTERNAL, "bad collection kind");
+}
+
+/* ------------------------------------------------------------------ */
+/* the deepest layer: parse packets, stream the literal body */
+
+static int on_header(struct pd_msg *m, size_t li)
+{
+	struct layer *L = &m->layers[li];
+	uint8_t tag = L->tag;
+
+	if (tag == 10 || tag == 21 || tag >= 40) { /* marker, padding, non-critical */
+		L->st = L_SKIP;
+		return 0;
+	}
+	if (li == 0) {
+		if (m->container_seen)
+			return fail(m, PD_EMALFORMED, "unexpected packet (tag %u) after the encrypted data at offset %llu",
+			            tag, (unsigned long long)L->pkt_off);
+		switch (tag) {
+		case 1:
+			start_collect(L, C_PKESK, COLL_MAX, true);
+			return 0;
+		case 3:
+			start_collect(L, C_SKESK, COLL_MAX, true);
+			return 0;
+		case 9:
+			if (!m->lim.allow_sed)
+				return fail(m, PD_ESED, "symmetrically encrypted data packet (tag 9) has no integrity "
+				            "protection; refused (allow_sed is off)");
+			/* fall through */
+		case 18:
+		case 20:
+			m->container_seen = true;
+			m->info.container = tag;
+			m->chdr_len = 0;
+			if (tag == 9) {
+				L->st = L_NEED_KEY;
+				return 0;
+			}
+			start_collect(L, C_CONTAINER, 1, false);
+			return 0;
+		case 11:
+		case 8:
+		case 4:
+		case 2:
+			return fail(m, PD_EUNSUPPORTED, "message is not encrypted (packet tag %u at offset %llu)", tag,
+			            (unsigned long long)L->pkt_off);
+		case 5: case 6: case 7: case 14:
+			return fail(m, PD_EUNSUPPORTED, "input is a key, not an encrypted message");
+		default:
+			return fail(m, PD_EMALFORMED, "unexpected packet tag %u at offset %llu", tag,
+			            (unsigned long long)L->pkt_off);
+		}
+	}
+	switch (tag) {
+	case 11:
+		if (m->info.has_literal)
+			return fail_inner(m, li, PD_EMALFORMED, "more than one literal data packet");
+		start_collect(L, C_LITHDR, 2, false);
+		return 0;
+	case 8:
+		start_collect(L, C_COMPRESSED, 1, false);
+		return 0;
+	case 4:
+		start_collect(L, C_OPS, 256, true);
+		return 0;
+	case 2:
+		start_collect(L, C_SIG, COLL_MAX, true);
+		return 0;
+	case 1: case 3: case 9: case 18: case 20:
+		return fail_inner(m, li, PD_EUNSUPPORTED, "nested encryption");
+	default:
+		return fail_inner(m, li, PD_EMALFORMED, "unexpected packet in the decrypted data");
+	}
+}
+
+/* Run the deepest layer.  Returns 0 (no more progress), an event > 0, or
+ * an error.  *progress is set when anything moved. */
+static int run_deepest(struct pd_msg *m, uint8_t *out, size_t cap, size_t *ret_len, bool *progress)
+{
+	size_t li = m->depth - 1;
+	struct layer *L = &m->layers[li];
+	const uint8_t *p;
+	size_t n;
+	int r;
+
+	for (;;) {
+		if (m->err)
+			return m->err;
+		switch (L->st) {
+		case L_HEADER:
+			r = parse_header(m, li);
+			if (r == PD_EAGAIN)
+				return 0;
+			if (r < 0)
+				return r;
+			*progress = true;
+			if (r == 1) { /* end of this layer's stream */
+				if (li == 0) {
+					if (!m->container_seen)
+						return fail(m, PD_EMALFORMED, "no encrypted data packet");
+					m->done = true;
+					return PD_STEP_DONE;
+				}
+				if (li == 1 && !m->info.has_literal)
+					return fail(m, PD_EMALFORMED, "decrypted data holds no literal data packet");
+				pop_layer(m);
+				m->layers[li - 1].st = L_HEADER;
+				li--;
+				L = &m->layers[li];
+				continue;
+			}
+			r = on_header(m, li);
+			if (r < 0)
+				return r;
+			if (m->depth - 1 != li) /* a child layer appeared */
+				return 0;
+			continue;
+		case L_COLLECT:
+			r = body_peek(m, li, &p, &n);
+			if (r == PD_EAGAIN)
+				return 0;
+			if (r < 0)
+				return r;
+			if (r == 1 && L->chave < L->cwant) {
+				size_t k = PD_MIN(n, L->cwant - L->chave);
+				memcpy(m->coll + L->chave, p, k);
+				L->chave += k;
+				body_consume(L, k);
+				*progress = true;
+				if (L->chave < L->cwant)
+					continue;
+			}
+			if (L->cwhole && r == 1 && L->chave == L->cwant) {
+				/* whole-packet collection that does not fit */
+				if (L->ckind == C_SIG) { /* keep what we have: the issuer is near the start */
+					r = collected(m, li);
+					if (r < 0)
+						return r;
+					continue;
+				}
+				return fail(m, PD_ELIMIT, "limit exceeded: packet (tag %u) larger than %u octets at offset %llu",
+				            L->tag, COLL_MAX, (unsigned long long)L->pkt_off);
+			}
+			if (r == 0 && !L->cwhole && L->chave < L->cwant)
+				return fail_inner(m, li, PD_EMALFORMED, "packet shorter than its fields");
+			r = collected(m, li);
+			if (r < 0)
+				return r;
+			if (m->depth - 1 != li)
+				return 0;
+			if (m->metadata_pending) {
+				m->metadata_pending = false;
+				return PD_STEP_METADATA;
+			}
+			continue;
+		case L_SKIP:
+			r = body_peek(m, li, &p, &n);
+			if (r == PD_EAGAIN)
+				return 0;
+			if (r < 0)
+				return r;
+			if (r == 0) {
+				L->st = L_HEADER;
+				continue;
+			}
+			body_consume(L, n);
+			*progress = true;
+			continue;
+		case L_LITERAL:
+			r = body_peek(m, li, &p, &n);
+			if (r == PD_EAGAIN)
+				return 0;
+			if (r < 0)
+				return r;
+			if (r == 0) {
+				L->st = L_HEADER;
+				continue;
+			}
+			n = PD_MIN(n, cap);
+			if (m->lim.max_output && m->info.bytes_out + n > m->lim.max_output)
+				return fail(m, PD_ELIMIT, "limit exceeded: plaintext larger than %llu octets",
+				            (unsigned long long)m->lim.max_output);
+			memcpy(out, p, n);
+			body_consume(L, n);
+			m->info.bytes_out += n;
+			*ret_len = n;
+			*progress = true;
+			return PD_STEP_OUTPUT;
+		case L_NEED_KEY:
+			if (!m->have_key)
+				return PD_STEP_NEED_KEY;
+			return fail(m, PD_EINTERNAL, "key set but container not started");
+		case L_XFORM:
+		case L_XFORM_DONE:
+			return fail(m, PD_EINTERNAL, "deepest layer is a transform");
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* transforms: container decryption and decompression */
+
+static int run_xform(struct pd_msg *m, size_t li, struct pd_worker *w, bool *progress)
+{
+	struct layer *L = &m->layers[li];
+	struct layer *C = &m->layers[li + 1];
+
+	while (L->st == L_XFORM) {
+		const uint8_t *p = NULL;
+		size_t n = 0, used = 0, produced = 0;
+		int r = body_peek(m, li, &p, &n);
+		if (r == PD_EAGAIN)
+			return 0;
+		if (r < 0)
+			return r;
+		bool eof = r == 0;
+		size_t space = buf_space(C->in);
+		if (!space)
+			return 0;
+		uint8_t *dst = C->in->d + C->in->end;
+		switch (L->xk) {
+		case X_CFB:
+			r = pd_cfb_run(m->cfb, p, n, &used, dst, space, &produced, eof);
+			break;
+		case X_AEAD:
+			r = pd_aead_run(m->aead, p, n, &used, dst, space, &produced, eof);
+			break;
+		case X_INFLATE:
+			r = pd_inflate_run(L->z, p, n, &used, dst, space, &produced, eof);
+			break;
+		default:
+			return fail(m, PD_EINTERNAL, "no transform");
+		}
+		if (r < 0) {
+			if (L->xk == X_INFLATE)
+				return fail_inner(m, li, r, "corrupt compressed data");
+			if (r == PD_EINTEGRITY)
+				return fail(m, r, "integrity check failed: %s", L->xk == X_CFB ?
+				            "modification detection code (MDC) mismatch, or wrong session key" :
+				            "AEAD authentication tag mismatch, or wrong session key");
+			return fail(m, r, "decryption failed: %s", pd_strerror(r));
+		}
+		body_consume(L, used);
+		C->in->end += produced;
+		if (used || produced)
+			*progress = true;
+		if (L->xk == X_INFLATE) {
+			L->x_in += used;
+			L->x_out += produced;
+			if (m->lim.max_output && L->x_out > m->lim.max_output)
+				return fail(m, PD_EBOMB, "limit exceeded: decompressed data larger than %llu octets",
+				            (unsigned long long)m->lim.max_output);
+			if (m->lim.max_ratio && L->x_out > m->lim.ratio_grace &&
+			    L->x_out / (L->x_in ? L->x_in : 1) > m->lim.max_ratio)
+				return fail(m, PD_EBOMB, "limit exceeded: decompression ratio above %u:1 (compression bomb)",
+				            m->lim.max_ratio);
+		}
+		if (r == 1) {
+			if (L->xk == X_INFLATE) {
+				/* The compressed stream ended: the packet must end too. */
+				r = body_peek(m, li, &p, &n);
+				if (r == PD_EAGAIN)
+					return 0; /* wait to see whether more body follows */
+				if (r < 0)
+					return r;
+				if (r == 1)
+					return fail_inner(m, li, PD_EMALFORMED, "data after the end of the compressed stream");
+			} else {
+				m->container_done = true;
+				m->info.integrity = L->xk == X_AEAD ? PD_INTEGRITY_AEAD :
+				                    m->info.container == 9 ? PD_INTEGRITY_UNPROTECTED : PD_INTEGRITY_MDC;
+			}
+			C->in_eof = true;
+			L->st = L_XFORM_DONE;
+			*progress = true;
+			return 0;
+		}
+		if (!used && !produced)
+			return 0;
+	}
+	return 0;
+}
+
+/* Start the container transform once the session key is known. */
+static int start_container(struct pd_msg *m, struct pd_worker *w)
+{
+	struct layer *L = &m->layers[0];
+	int r;
+
+	if (m->info.container == 9 || (m->info.container == 18 && m->info.container_version == 1)) {
+		r = pd_cfb_new(&m->cfb, w, m->sk, m->info.container == 9);
+		L->xk = X_CFB;
+	} else {
+		r = pd_aead_new(&m->aead, w, m->info.container, m->chdr, m->chdr_len, m->sk, &m->lim);
+		L->xk = X_AEAD;
+	}
+	if (r == PD_EINTEGRITY)
+		return fail(m, r, "integrity check failed: wrong session key");
+	if (r < 0)
+		return fail(m, r, "%s: cannot start decryption (cipher %s)", pd_strerror(r), pd_sym_name(m->sk->algo));
+	if (L->xk == X_CFB) /* AEAD containers name their cipher in the header */
+		m->info.sym_algo = m->sk->algo;
+	r = push_layer(m);
+	if (r < 0)
+		return r;
+	L->st = L_XFORM;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* API */
+
+int pd_msg_new(struct pd_msg **ret, const struct pd_limits *lim)
+{
+	struct pd_msg *m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	if (lim)
+		m->lim = *lim;
+	else
+		pd_limits_default(&m->lim);
+	if (m->lim.max_aead_chunk_log > 16)
+		m->lim.max_aead_chunk_log = 16;
+	m->mode = -1;
+	m->coll = malloc(COLL_MAX);
+	m->sk = gcry_malloc_secure(sizeof(*m->sk));
+	if (!m->coll || !m->sk || buf_init(&m->raw) < 0) {
+		pd_msg_free(m, NULL);
+		return -ENOMEM;
+	}
+	memset(m->sk, 0, sizeof(*m->sk));
+	m->depth = 1;
+	*ret = m;
+	return 0;
+}
+
+struct pd_msg *pd_msg_free(struct pd_msg *m, struct pd_worker *w)
+{
+	if (!m)
+		return NULL;
+	while (m->depth > 1)
+		pop_layer(m);
+	pd_inflate_free(m->layers[0].z);
+	buf_deinit(&m->layers[0].own);
+	buf_deinit(&m->raw);
+	pd_cfb_free(m->cfb, w);
+	pd_aead_free(m->aead, w);
+	for (size_t i = 0; i < m->n_esk; i++) {
+		pd_wipe(m->esks[i].body, m->esks[i].len);
+		free(m->esks[i].body);
+	}
+	free(m->esks);
+	if (m->coll) {
+		pd_wipe(m->coll, COLL_MAX);
+		free(m->coll);
+	}
+	if (m->sk) {
+		pd_wipe(m->sk, sizeof(*m->sk));
+		gcry_free(m->sk);
+	}
+	if (m->password) {
+		pd_wipe(m->password, m->password_len);
+		gcry_free(m->password);
+	}
+	free(m);
+	return NULL;
+}
+
+size_t pd_msg_input_space(const struct pd_msg *m)
+{
+	if (m->armor_end)
+		return SIZE_MAX; /* everything after the armor is ignored */
+	return m->raw.cap - buf_avail(&m->raw);
+}
+
+int pd_msg_write(struct pd_msg *m, const uint8_t *in, size_t len, size_t *ret_consumed)
+{
+	*ret_consumed = 0;
+	if (m->input_closed)
+		return PD_EUSAGE;
+	if (m->err)
+		return m->err;
+	if (m->armor_end) { /* text after the END line: ignored */
+		*ret_consumed = len;
+		return 0;
+	}
+	if (m->lim.max_input && m->info.bytes_in + len > m->lim.max_input)
+		return fail(m, PD_ELIMIT, "limit exceeded: message larger than %llu octets",
+		            (unsigned long long)m->lim.max_input);
+	size_t n = PD_MIN(len, buf_space(&m->raw));
+	memcpy(m->raw.d + m->raw.end, in, n);
+	m->raw.end += n;
+	m->info.bytes_in += n;
+	*ret_consumed = n;
+	return 0;
+}
+
+int pd_msg_close_input(struct pd_msg *m)
+{
+	m->input_closed = true;
+	if (m->mode == 0)
+		m->layers[0].in_eof = true;
+	return 0;
+}
+
+int pd_msg_set_password(struct pd_msg *m, const char *pw, size_t len)
+{
+	if (m->password) {
+		pd_wipe(m->password, m->password_len);
+		gcry_free(m->password);
+	}
+	m->password = gcry_malloc_secure(len + 1);
+	if (!m->password)
+		return -ENOMEM;
+	memcpy(m->password, pw, len);
+	m->password[len] = 0;
+	m->password_len = len;
+	return 0;
+}
+
+int pd__msg_set_session_key(struct pd_msg *m, uint8_t algo, const uint8_t *key, size_t len)
+{
+	if (len > sizeof(m->sk->key) || m->have_key)
+		return PD_EUSAGE;
+	m->sk->algo = algo;
+	m->sk->len = (uint8_t)len;
+	memcpy(m->sk->key, key, len);
+	m->have_key = true;
+	return 0;
+}
+
+const struct pd_msginfo *pd_msg_info(const struct pd_msg *m) { return &m->info; }
+const char *pd_msg_detail(const struct pd_msg *m) { return m->detail; }
+
+/* Decide armored or binary, then move input into layer 0. */
+static int run_input(struct pd_msg *m, bool *progress)
+{
+	struct layer *L0 = &m->layers[0];
+
+	if (m->mode < 0) {
+		int r = pd_armor_detect(buf_data(&m->raw), buf_avail(&m->raw), m->input_closed);
+		if (r == PD_EAGAIN && m->input_closed)
+			r = PD_ENOTPGP;
+		if (r == PD_EAGAIN)
+			return 0;
+		if (r < 0)
+			return fail(m, r, buf_avail(&m->raw) ? "input is neither armored nor binary OpenPGP data" :
+			            "empty input");
+		m->mode = r;
+		m->info.armored = r == 1;
+		if (r == 0) {
+			L0->in = &m->raw;
+			L0->in_eof = m->input_closed;
+		} else {
+			pd_armor_init(&m->armor);
+			r = buf_init(&L0->own);
+			if (r < 0)
+				return fail(m, r, "out of memory");
+			L0->in = &L0->own;
+		}
+		*progress = true;
+	}
+	if (m->mode == 0) {
+		L0->in_eof = m->input_closed;
+		return 0;
+	}
+	while (!m->armor_end) {
+		size_t used = 0, produced = 0, space = buf_space(L0->in);
+		int r = pd_armor_decode(&m->armor, buf_data(&m->raw), buf_avail(&m->raw), &used,
+		                        L0->in->d + L0->in->end, space, &produced, m->input_closed);
+		buf_consume(&m->raw, used);
+		L0->in->end += produced;
+		if (r < 0)
+			return fail(m, r, "bad ASCII armor: %s", pd_strerror(r));
+		if (used || produced)
+			*progress = true;
+		if (r == 1) {
+			m->armor_end = true;
+			L0->in_eof = true;
+			m->raw.start = m->raw.end = 0;
+			*progress = true;
+			break;
+		}
+		if (!used && !produced)
+			break;
+	}
+	return 0;
+}
+
+int pd_msg_step(struct pd_msg *m, struct pd_worker *w, uint8_t *out, size_t cap, size_t *ret_len)
+{
+	*ret_len = 0;
+	if (m->err)
+		return m->err;
+	if (m->done)
+		return PD_STEP_DONE;
+	if (!cap)
+		return PD_EUSAGE;
+	for (;;) {
+		bool progress = false;
+		int r = run_input(m, &progress);
+		if (r < 0)
+			return r;
+		if (m->mode < 0) {
+			if (!progress)
+				return PD_STEP_NEED_INPUT;
+			continue;
+		}
+		if (m->layers[0].st == L_NEED_KEY && m->have_key) {
+			r = start_container(m, w);
+			if (r < 0)
+				return r;
+			progress = true;
+		}
+		for (size_t i = 0; i + 1 < m->depth; i++) {
+			if (m->layers[i].st == L_XFORM) {
+				r = run_xform(m, i, w, &progress);
+				if (r < 0)
+					return r;
+			}
+		}
+		r = run_deepest(m, out, cap, ret_len, &progress);
+		if (r != 0)
+			return r;
+		if (!progress) {
+			if (!m->input_closed)
+				return PD_STEP_NEED_INPUT;
+			return fail(m, PD_ETRUNCATED, "message is truncated (input ended at offset %llu)",
+			            (unsigned long long)m->layers[0].off);
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* session key recovery */
+
+static bool algo_compatible(uint8_t key_algo, uint8_t pkesk_algo)
+{
+	if ((key_algo == 1 || key_algo == 2) && (pkesk_algo == 1 || pkesk_algo == 2))
+		return true;
+	return key_algo == pkesk_algo;
+}
+
+static bool pkesk_names_key(const struct pd_pkesk *p, const struct pd_key *k)
+{
+	if (p->wildcard)
+		return false;
+	if (p->version == 6 && p->fpr_len)
+		return p->fpr_len == k->fpr_len && !memcmp(p->fpr, k->fpr, k->fpr_len);
+	return !memcmp(p->keyid, k->keyid, 8);
+}
+
+/* Does the PKESK version go with the container?  (RFC 9580 §10.3.2.1) */
+static bool pkesk_fits(const struct pd_msg *m, const struct pd_pkesk *p)
+{
+	if (m->info.container == 18 && m->info.container_version == 2)
+		return p->version == 6;
+	return p->version == 3;
+}
+
+struct trial {
+	const struct pd_key *k;
+	const struct pd_pkesk *p;
+};
+
+int pd_msg_recover_key(struct pd_msg *m, const struct pd_keyring *kr, struct pd_worker *w)
+{
+	if (m->err)
+		return m->err;
+	if (m->layers[0].st != L_NEED_KEY || m->have_key)
+		return PD_EUSAGE;
+
+	size_t nkeys = kr ? pd__keyring_n(kr) : 0;
+	size_t max_trials = m->lim.max_key_trials ? m->lim.max_key_trials : 1;
+	struct pd_pkesk *pk = calloc(m->n_esk ? m->n_esk : 1, sizeof(*pk));
+	struct trial *tr = calloc(max_trials, sizeof(*tr));
+	struct pd_sesskey *cand = gcry_malloc_secure(sizeof(*cand));
+	size_t npk = 0, ntr = 0, nwild = 0;
+	bool truncated_trials = false;
+	int r = 0, last_err = 0;
+
+	if (!pk || !tr || !cand) {
+		r = fail(m, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < m->n_esk; i++)
+		if (m->esks[i].tag == 1 && pd_pkesk_parse(m->esks[i].body, m->esks[i].len, &pk[npk]) == 0 &&
+		    pkesk_fits(m, &pk[npk]))
+			npk++;
+	/* PKESKs naming a key we hold come first, then wildcards against every
+	 * key, all capped by max_key_trials. */
+	for (size_t i = 0; i < npk; i++) {
+		if (pk[i].wildcard) {
+			nwild++;
+			continue;
+		}
+		for (size_t j = 0; j < nkeys; j++) {
+			const struct pd_key *k = pd__keyring_get(kr, j);
+			if (!pkesk_names_key(&pk[i], k) || !algo_compatible(k->pk_algo, pk[i].pk_algo))
+				continue;
+			if (ntr == max_trials) {
+				truncated_trials = true;
+				continue;
+			}
+			tr[ntr++] = (struct trial){ k, &pk[i] };
+		}
+	}
+	for (size_t i = 0; i < npk && nwild; i++) {
+		if (!pk[i].wildcard)
+			continue;
+		for (size_t j = 0; j < nkeys; j++) {
+			const struct pd_key *k = pd__keyring_get(kr, j);
+			if (!algo_compatible(k->pk_algo, pk[i].pk_algo))
+				continue;
+			if (ntr == max_trials) {
+				truncated_trials = true;
+				continue;
+			}
+			tr[ntr++] = (struct trial){ k, &pk[i] };
+		}
+	}
+
+	if (ntr == 0) {
+		if (m->info.n_skesk && m->password) {
+			r = 0;
+			goto skesk;
+		}
+		if (m->info.n_skesk && !npk) {
+			r = fail(m, PD_ENOPASSWORD, "message is encrypted with a password and none was given");
+			goto out;
+		}
+		char ids[PD_MAX_RECIPIENTS * 17 + 64] = "";
+		size_t o = 0;
+		for (size_t i = 0; i < m->info.n_recipients && o + 20 < sizeof(ids); i++) {
+			char hex[17];
+			pd_hex(hex, m->info.recipients[i].keyid, 8);
+			o += (size_t)snprintf(ids + o, sizeof(ids) - o, "%s%s", o ? ", " : "",
+			                      m->info.recipients[i].wildcard ? "anonymous" : hex);
+		}
+		r = fail(m, PD_ENOKEY, "no secret key for any recipient (%s%s)",
+		         o ? "key IDs " : "no public-key recipients", ids);
+		goto out;
+	}
+
+	/* Run every trial and pick the first good one without branching on
+	 * the secret outcome: the work done does not depend on which (if any)
+	 * succeeded.  When none did, the first trial's implicit-rejection key
+	 * is used and the failure surfaces as an integrity error later. */
+	uint32_t found = 0;
+	bool any = false;
+	for (size_t t = 0; t < ntr; t++) {
+		uint32_t ok = 0;
+		uint8_t sym = 0;
+		if (tr[t].p->version == 6 || m->info.container == 20)
+			sym = m->info.sym_algo;
+		int e = pd_unwrap(w, tr[t].k, tr[t].p, sym, cand, &ok);
+		if (e < 0) { /* public reason: this trial does not count */
+			last_err = e;
+			continue;
+		}
+		uint32_t take = (!any ? 0xFFFFFFFFu : 0) | (ok & ~found);
+		any = true;
+		m->sk->algo = pd_ct_sel8(take, cand->algo, m->sk->algo);
+		m->sk->len = pd_ct_sel8(take, cand->len, m->sk->len);
+		for (size_t b = 0; b < sizeof(m->sk->key); b++)
+			m->sk->key[b] = pd_ct_sel8(take, cand->key[b], m->sk->key[b]);
+		/* record the key that opened it (public once the message verifies) */
+		uint8_t *fp = m->info.key_fpr;
+		for (size_t b = 0; b < 32; b++)
+			fp[b] = pd_ct_sel8(take, b < tr[t].k->fpr_len ? tr[t].k->fpr[b] : 0, fp[b]);
+		m->info.key_fpr_len = pd_ct_sel8(take, tr[t].k->fpr_len, m->info.key_fpr_len);
+		m->info.pk_algo = pd_ct_sel8(take, tr[t].k->pk_algo, m->info.pk_algo);
+		found |= ok;
+	}
+	if (!any) {
+		r = fail(m, last_err, "%s: cannot use the session key packet for key(s) held", pd_strerror(last_err));
+		goto out;
+	}
+	(void)truncated_trials;
+	m->have_key = true;
+	r = 0;
+	goto out;
+
+skesk:
+	for (size_t i = 0; i < m->n_esk; i++) {
+		if (m->esks[i].tag != 3)
+			continue;
+		const uint8_t *b = m->esks[i].body;
+		/* SKESK v4 goes with SEIPD v1, v5 with the OCB packet, v6 with SEIPD v2 */
+		uint8_t want = m->info.container == 20 ? 5 : m->info.container_version == 2 ? 6 : 4;
+		if (!m->esks[i].len || b[0] != want)
+			continue;
+		int e = pd_skesk_decrypt(w, b, m->esks[i].len, m->password, m->password_len, &m->lim, m->sk);
+		if (e == 0) {
+			m->have_key = true;
+			m->info.pk_algo = 0;
+			r = 0;
+			goto out;
+		}
+		last_err = e;
+	}
+	if (last_err == PD_ELIMIT)
+		r = fail(m, last_err, "limit exceeded: the password's key derivation costs more than allowed");
+	else if (last_err == PD_EUNSUPPORTED)
+		r = fail(m, last_err, "unsupported password-encrypted session key packet");
+	else
+		r = fail(m, PD_EBADPASS, "bad password for the message");
+out:
+	free(pk);
+	free(tr);
+	if (cand) {
+		pd_wipe(cand, sizeof(*cand));
+		gcry_free(cand);
+	}
+	return r;
+}

@@ -1,2 +1,180 @@
-/* PLACEHOLDER: SEIPD v1 / SED, being written. */
+/* SPDX-License-Identifier: MIT */
+/*
+ * SEIPD v1 (CFB + MDC) and SED (OpenPGP CFB with resync), see seipd.h.
+ *
+ * The decrypted stream is prefix (blocklen + 2) || packets || D3 14 || SHA-1.
+ * We cannot know where the MDC starts until the input ends, so the last 22
+ * plaintext octets are always held back; everything before them is hashed
+ * and released.  The quick check in the prefix is ignored on purpose: for
+ * public-key session keys it would be an oracle (RFC 9580 §13.4), and the
+ * MDC decides anyway.
+ */
 #include "pgp/seipd.h"
+
+#include "pgp/algo.h"
+
+#define MDC_LEN 22
+#define STEP 4096
+
+struct pd_cfb {
+	gcry_cipher_hd_t h;
+	gcry_md_hd_t md;
+	int galgo;
+	unsigned flags;
+	bool sed;
+	size_t bs;
+	size_t prefix_left;   /* plaintext octets of the prefix still to drop */
+	bool synced;          /* SED: resync done after the prefix */
+	uint8_t hold[MDC_LEN];
+	size_t hold_n;
+	bool done;
+};
+
+int pd_cfb_new(struct pd_cfb **ret, struct pd_worker *w, const struct pd_sesskey *sk, bool sed)
+{
+	int galgo = pd_sym_gcry(sk->algo);
+	size_t bs = pd_sym_blklen(sk->algo);
+	int r;
+
+	if (!galgo)
+		return PD_EUNSUPPORTED;
+	/* A key of the wrong length cannot come from a valid PKESK; treat it
+	 * like any other wrong key. */
+	if (sk->len != pd_sym_keylen(sk->algo))
+		return PD_EINTEGRITY;
+	struct pd_cfb *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->galgo = galgo;
+	c->bs = bs;
+	c->sed = sed;
+	c->flags = sed ? GCRY_CIPHER_ENABLE_SYNC : 0;
+	c->prefix_left = bs + 2;
+	r = pd_worker_take_cipher(w, galgo, GCRY_CIPHER_MODE_CFB, c->flags, &c->h);
+	if (r < 0)
+		goto fail;
+	r = pd_err_from_gcry(gcry_cipher_setkey(c->h, sk->key, sk->len));
+	if (r == 0)
+		r = pd_err_from_gcry(gcry_cipher_setiv(c->h, NULL, 0));
+	if (r < 0)
+		goto fail;
+	if (!sed) {
+		r = pd_worker_take_md(w, GCRY_MD_SHA1, 0, &c->md);
+		if (r < 0)
+			goto fail;
+	}
+	*ret = c;
+	return 0;
+fail:
+	pd_cfb_free(c, w);
+	return r;
+}
+
+struct pd_cfb *pd_cfb_free(struct pd_cfb *c, struct pd_worker *w)
+{
+	if (!c)
+		return NULL;
+	pd_worker_give_cipher(w, c->h, c->galgo, GCRY_CIPHER_MODE_CFB, c->flags);
+	pd_worker_give_md(w, c->md, GCRY_MD_SHA1, 0);
+	pd_wipe(c, sizeof(*c));
+	free(c);
+	return NULL;
+}
+
+/* Release n plaintext octets from p: drop what belongs to the prefix. */
+static size_t emit(struct pd_cfb *c, const uint8_t *p, size_t n, uint8_t *out)
+{
+	size_t drop = PD_MIN(n, c->prefix_left);
+	c->prefix_left -= drop;
+	memcpy(out, p + drop, n - drop);
+	return n - drop;
+}
+
+static int run_sed(struct pd_cfb *c, const uint8_t *in, size_t inlen, size_t *ret_used,
+                   uint8_t *out, size_t outcap, size_t *ret_out, bool eof)
+{
+	size_t used = 0, produced = 0;
+	uint8_t tmp[STEP];
+
+	while (used < inlen && produced < outcap) {
+		size_t k = PD_MIN(PD_MIN(inlen - used, outcap - produced), sizeof(tmp));
+		if (!c->synced)
+			k = PD_MIN(k, c->prefix_left);
+		gcry_error_t e = gcry_cipher_decrypt(c->h, tmp, k, in + used, k);
+		if (e)
+			return pd_err_from_gcry(e);
+		used += k;
+		produced += emit(c, tmp, k, out + produced);
+		if (!c->synced && c->prefix_left == 0) {
+			gcry_cipher_sync(c->h);
+			c->synced = true;
+		}
+	}
+	pd_wipe(tmp, sizeof(tmp));
+	*ret_used = used;
+	*ret_out = produced;
+	if (eof && used == inlen) {
+		if (!c->synced)
+			return PD_ETRUNCATED;
+		return 1;
+	}
+	return 0;
+}
+
+int pd_cfb_run(struct pd_cfb *c, const uint8_t *in, size_t inlen, size_t *ret_used,
+               uint8_t *out, size_t outcap, size_t *ret_out, bool eof)
+{
+	size_t used = 0, produced = 0;
+	uint8_t tmp[MDC_LEN + STEP];
+	int r = 0;
+
+	*ret_used = *ret_out = 0;
+	if (c->done)
+		return 1;
+	if (c->sed)
+		return run_sed(c, in, inlen, ret_used, out, outcap, ret_out, eof);
+
+	/* Each round: S = hold || decrypt(k octets).  All of S but its last
+	 * MDC_LEN octets is certainly not MDC: hash it, release it (minus the
+	 * prefix), keep the tail as the new hold.  Released <= k <= room. */
+	while (used < inlen && produced < outcap) {
+		size_t k = PD_MIN(PD_MIN(inlen - used, outcap - produced), (size_t)STEP);
+		memcpy(tmp, c->hold, c->hold_n);
+		gcry_error_t e = gcry_cipher_decrypt(c->h, tmp + c->hold_n, k, in + used, k);
+		if (e) {
+			r = pd_err_from_gcry(e);
+			goto out;
+		}
+		used += k;
+		size_t total = c->hold_n + k;
+		size_t rel = total > MDC_LEN ? total - MDC_LEN : 0;
+		gcry_md_write(c->md, tmp, rel);
+		produced += emit(c, tmp, rel, out + produced);
+		c->hold_n = total - rel;
+		memcpy(c->hold, tmp + rel, c->hold_n);
+	}
+	*ret_used = used;
+	*ret_out = produced;
+	if (eof && used == inlen) {
+		/* The stream must end with exactly D3 14 || SHA-1(everything before
+		 * the 20 hash octets), and the prefix must be complete.  One
+		 * verdict for every failure. */
+		if (c->hold_n != MDC_LEN || c->prefix_left != 0) {
+			r = PD_EINTEGRITY;
+			goto out;
+		}
+		gcry_md_write(c->md, c->hold, 2);
+		const uint8_t *dg = gcry_md_read(c->md, GCRY_MD_SHA1);
+		uint32_t bad = pd_ct_memneq(dg, c->hold + 2, 20);
+		bad |= (uint32_t)(c->hold[0] ^ 0xD3) | (uint32_t)(c->hold[1] ^ 0x14);
+		if (bad) {
+			r = PD_EINTEGRITY;
+			goto out;
+		}
+		c->done = true;
+		r = 1;
+	}
+out:
+	pd_wipe(tmp, sizeof(tmp));
+	return r;
+}

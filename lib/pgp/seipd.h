@@ -34,7 +34,8 @@ struct pd_aead;
  * for bad versions/algorithms.  tag: 18 (v2) or 20. */
 PD_HIDDEN int pd_aead_header_len(uint8_t tag, const uint8_t *hdr4, size_t *ret_len);
 /** Start decrypting: hdr is the whole header (pd_aead_header_len octets).
- * sk->algo must equal the header's cipher (checked).  Chunk octets above
+ * sk->algo must equal the header's cipher or be 0 (unbound), and sk->len its
+ * key length (checked; a mismatch is PD_EINTEGRITY).  Chunk octets above
  * lim->max_aead_chunk_log are PD_ELIMIT. */
 PD_HIDDEN int pd_aead_new(struct pd_aead **ret, struct pd_worker *w, uint8_t tag, const uint8_t *hdr,
                           size_t hdrlen, const struct pd_sesskey *sk, const struct pd_limits *lim);

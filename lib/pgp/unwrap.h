@@ -26,7 +26,8 @@ struct pd_pkesk {
 };
 
 struct pd_sesskey {          /* kept in secure memory by its owner */
-	uint8_t algo;            /* symmetric algorithm id */
+	uint8_t algo;            /* symmetric algorithm id; 0 = not bound (v5/v6 SKESK):
+	                          * the container's cipher decides, len must match it */
 	uint8_t len;             /* key length in octets */
 	uint8_t key[32];
 };

@@ -1,0 +1,615 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Key ring: loading the fixed key files under tests/data/keys (made once
+ * with GnuPG 2.2.40; fingerprints below are what `gpg --with-colons
+ * --list-secret-keys` and `sq inspect` printed), passphrase handling, every
+ * S2K usage (re-protected here with an independent encoder), validation of
+ * secrets against public keys, and truncation/corruption at every offset.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <gcrypt.h>
+
+#include "pgp/hkdf.h"
+#include "pgp/key.h"
+
+#define PASS "test passphrase"
+
+static uint8_t *load(const char *name, size_t *ret_len)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/keys/%s", PD_TEST_DATA, name);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	uint8_t *buf = malloc(1 << 16);
+	assert_non_null(buf);
+	size_t n = fread(buf, 1, 1 << 16, f);
+	fclose(f);
+	assert_true(n > 0 && n < (1 << 16));
+	*ret_len = n;
+	return buf;
+}
+
+static void unhex(const char *h, uint8_t *out, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned v;
+		assert_int_equal(sscanf(h + 2 * i, "%2x", &v), 1);
+		out[i] = (uint8_t)v;
+	}
+}
+
+static void assert_fpr(const uint8_t *fpr, size_t len, const char *hex)
+{
+	uint8_t want[32];
+	assert_int_equal(strlen(hex), 2 * len);
+	unhex(hex, want, len);
+	assert_memory_equal(fpr, want, len);
+}
+
+/* Load a file into a fresh ring; returns pd_keyring_add()'s result. */
+static int add_file(struct pd_keyring **kr, const char *name, const char *pass, char *detail)
+{
+	size_t len;
+	uint8_t *buf = load(name, &len);
+	if (!*kr)
+		assert_int_equal(pd_keyring_new(kr, PD_RSA_DEFAULT), 0);
+	int r = pd_keyring_add(*kr, buf, len, pass, pass ? strlen(pass) : 0, detail, 256);
+	free(buf);
+	return r;
+}
+
+struct want {
+	const char *file;
+	const char *pass;
+	int n;              /* keys added */
+	int idx;            /* which one to check */
+	uint8_t version, algo;
+	uint16_t bits;
+	const char *fpr, *primary, *curve;
+};
+
+static const struct want wants[] = {
+	/* RSA primary (algo 1, usable for decryption as far as the algorithm
+	 * goes; key flags are not consulted) and RSA encryption subkey. */
+	{ "rsa2048.gpg", NULL, 2, 0, 4, 1, 2048, "E05337ED09CD811F023D99072DE66863842B0FB4",
+	  "E05337ED09CD811F023D99072DE66863842B0FB4", "" },
+	{ "rsa2048.gpg", NULL, 2, 1, 4, 1, 2048, "220D6AE0D1C2B7D94071547C8DFB60D40DBB7820",
+	  "E05337ED09CD811F023D99072DE66863842B0FB4", "" },
+	{ "rsa2048-protected.gpg", PASS, 2, 1, 4, 1, 2048, "220D6AE0D1C2B7D94071547C8DFB60D40DBB7820",
+	  "E05337ED09CD811F023D99072DE66863842B0FB4", "" },
+	{ "rsa2048-stub.gpg", PASS, 1, 0, 4, 1, 2048, "220D6AE0D1C2B7D94071547C8DFB60D40DBB7820",
+	  "E05337ED09CD811F023D99072DE66863842B0FB4", "" },
+	{ "cv25519.gpg", NULL, 1, 0, 4, 18, 255, "8140F323EA3CFB14A8CCF26A756A26217CF25D80",
+	  "94FB104CB257D8E06CEC2BCE6C57FFAB8ED940FC", "cv25519" },
+	{ "cv25519-protected.gpg", PASS, 1, 0, 4, 18, 255, "8140F323EA3CFB14A8CCF26A756A26217CF25D80",
+	  "94FB104CB257D8E06CEC2BCE6C57FFAB8ED940FC", "cv25519" },
+	{ "p256.gpg", NULL, 1, 0, 4, 18, 256, "57F5CAFED9C1BC3DA18B443C6C64797A569184EC",
+	  "3B55C6218433497D58EE144B94427D77FC73FA2C", "nistp256" },
+	{ "p256-stub.gpg", NULL, 1, 0, 4, 18, 256, "57F5CAFED9C1BC3DA18B443C6C64797A569184EC",
+	  "3B55C6218433497D58EE144B94427D77FC73FA2C", "nistp256" },
+	{ "elg.gpg", NULL, 1, 0, 4, 16, 2048, "24A193BFD4F29706DD20168F40AC87D81AE2DCD7",
+	  "1CAE88139586859F12E507AF729980A088A9D99C", "" },
+	{ "elg-protected.gpg", PASS, 1, 0, 4, 16, 2048, "24A193BFD4F29706DD20168F40AC87D81AE2DCD7",
+	  "1CAE88139586859F12E507AF729980A088A9D99C", "" },
+	/* RFC 9580 A.3/A.4 */
+	{ "a04-v6-secret-key.gpg", NULL, 1, 0, 6, 25, 255,
+	  "12C83F1E706F6308FE151A417743A1F033790E93E9978488D1DB378DA9930885",
+	  "CB186C4F0609A697E4D52DFA6C722B0C1F1E27C18A56708F6525EC27BAD9ACC9", "x25519" },
+};
+
+static void test_load_files(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(wants) / sizeof(wants[0]); i++) {
+		const struct want *w = &wants[i];
+		struct pd_keyring *kr = NULL;
+		char detail[256];
+		int r = add_file(&kr, w->file, w->pass, detail);
+		if (r != w->n)
+			fail_msg("%s: %d (%s)", w->file, r, detail);
+		assert_int_equal(pd_keyring_count(kr), w->n);
+		assert_int_equal(pd__keyring_n(kr), w->n);
+		struct pd_keyinfo ki;
+		assert_int_equal(pd_keyring_info(kr, (size_t)w->idx, &ki), 0);
+		assert_int_equal(pd_keyring_info(kr, (size_t)w->n, &ki), -EINVAL);
+		assert_int_equal(pd_keyring_info(kr, (size_t)w->idx, &ki), 0);
+		assert_int_equal(ki.version, w->version);
+		assert_int_equal(ki.pk_algo, w->algo);
+		assert_int_equal(ki.bits, w->bits);
+		assert_int_equal(ki.fpr_len, strlen(w->fpr) / 2);
+		assert_fpr(ki.fpr, ki.fpr_len, w->fpr);
+		assert_int_equal(ki.primary_fpr_len, strlen(w->primary) / 2);
+		assert_fpr(ki.primary_fpr, ki.primary_fpr_len, w->primary);
+		/* key ID: low 64 bits (v4) or high 64 bits (v6) */
+		assert_memory_equal(ki.keyid, w->version == 4 ? ki.fpr + 12 : ki.fpr, 8);
+		assert_string_equal(ki.curve, w->curve);
+		const struct pd_key *k = pd__keyring_get(kr, (size_t)w->idx);
+		assert_non_null(k);
+		assert_non_null(k->ir_secret);
+		assert_true(gcry_is_secure(k->ir_secret));
+		if (k->native_sk)
+			assert_true(gcry_is_secure(k->native_sk));
+		assert_null(pd__keyring_get(kr, (size_t)w->n));
+		pd_keyring_free(kr);
+	}
+}
+
+/* RFC 9580 A.4: the X25519 subkey secret, native little-endian. */
+static void test_v6_secret(void **state)
+{
+	(void)state;
+	struct pd_keyring *kr = NULL;
+	char detail[256];
+	assert_int_equal(add_file(&kr, "a04-v6-secret-key.gpg", NULL, detail), 1);
+	const struct pd_key *k = pd__keyring_get(kr, 0);
+	uint8_t want[32];
+	unhex("4d600a4f794d44775c57a26e0feefed558e9afffd6ad0d582d57fb2ba2dcedb8", want, 32);
+	assert_int_equal(k->native_sk_len, 32);
+	assert_memory_equal(k->native_sk, want, 32);
+	assert_int_equal(k->q_len, 32);
+	pd_keyring_free(kr);
+}
+
+static void test_passphrases(void **state)
+{
+	(void)state;
+	const char *files[] = { "rsa2048-protected.gpg", "cv25519-protected.gpg", "elg-protected.gpg",
+	                        "rsa2048-stub.gpg" };
+	for (size_t i = 0; i < 4; i++) {
+		struct pd_keyring *kr = NULL;
+		char detail[256];
+		assert_int_equal(add_file(&kr, files[i], NULL, detail), PD_ENEEDPASS);
+		assert_non_null(strstr(detail, "no passphrase"));
+		assert_int_equal(add_file(&kr, files[i], "wrong", detail), PD_EBADPASS);
+		assert_non_null(strstr(detail, "wrong passphrase"));
+		assert_int_equal(add_file(&kr, files[i], "", detail), PD_EBADPASS);
+		/* all or nothing: nothing was added by the failed calls */
+		assert_int_equal(pd_keyring_count(kr), 0);
+		assert_true(add_file(&kr, files[i], PASS, detail) > 0);
+		pd_keyring_free(kr);
+	}
+	/* An unprotected key ignores a passphrase. */
+	struct pd_keyring *kr = NULL;
+	assert_int_equal(add_file(&kr, "cv25519.gpg", "whatever", NULL), 1);
+	pd_keyring_free(kr);
+}
+
+static void test_no_secret(void **state)
+{
+	(void)state;
+	struct pd_keyring *kr = NULL;
+	char detail[256];
+	assert_int_equal(add_file(&kr, "rsa2048-public.gpg", NULL, detail), PD_ENOSECRET);
+	assert_int_equal(add_file(&kr, "a03-v6-certificate.gpg", NULL, detail), PD_ENOSECRET);
+	assert_int_equal(pd_keyring_add(kr, (const uint8_t *)"", 0, NULL, 0, detail, sizeof(detail)), PD_ENOSECRET);
+	const uint8_t junk[] = "hello world, not a key";
+	assert_int_equal(pd_keyring_add(kr, junk, sizeof(junk), NULL, 0, detail, sizeof(detail)), PD_ENOTPGP);
+
+	/* rsa2048-stub.gpg cut before the secret subkey: only the gnu-dummy
+	 * primary remains. */
+	size_t len;
+	uint8_t *buf = load("rsa2048-stub.gpg", &len);
+	size_t off = 0, cut = 0;
+	while (off < len) { /* old-format headers, as gpg writes them */
+		unsigned lt = buf[off] & 3, tag = (buf[off] >> 2) & 15;
+		size_t nl = (size_t)1 << lt, plen = 0;
+		assert_true((buf[off] & 0xC0) == 0x80 && lt < 3);
+		for (size_t i = 0; i < nl; i++)
+			plen = (plen << 8) | buf[off + 1 + i];
+		if (tag == 7) {
+			cut = off;
+			break;
+		}
+		off += 1 + nl + plen;
+	}
+	assert_true(cut > 0);
+	assert_int_equal(pd_keyring_add(kr, buf, cut, PASS, strlen(PASS), detail, sizeof(detail)), PD_ENOSECRET);
+	assert_non_null(strstr(detail, "1 without secret"));
+	free(buf);
+	assert_int_equal(pd_keyring_count(kr), 0);
+	pd_keyring_free(kr);
+}
+
+static void test_several_and_duplicates(void **state)
+{
+	(void)state;
+	const char *files[] = { "rsa2048.gpg", "cv25519.gpg", "p256.gpg", "elg.gpg", "a04-v6-secret-key.gpg" };
+	uint8_t *all = NULL;
+	size_t total = 0;
+	for (size_t i = 0; i < 5; i++) {
+		size_t len;
+		uint8_t *b = load(files[i], &len);
+		all = realloc(all, total + len);
+		assert_non_null(all);
+		memcpy(all + total, b, len);
+		total += len;
+		free(b);
+	}
+	struct pd_keyring *kr;
+	char detail[256];
+	assert_int_equal(pd_keyring_new(&kr, PD_RSA_GCRYPT), 0);
+	assert_int_equal(pd_keyring_add(kr, all, total, NULL, 0, detail, sizeof(detail)), 6);
+	/* load order is kept */
+	struct pd_keyinfo ki;
+	assert_int_equal(pd_keyring_info(kr, 5, &ki), 0);
+	assert_int_equal(ki.version, 6);
+	assert_int_equal(pd_keyring_info(kr, 4, &ki), 0);
+	assert_int_equal(ki.pk_algo, 16);
+	/* the same keys again: nothing new, not an error */
+	assert_int_equal(pd_keyring_add(kr, all, total, NULL, 0, detail, sizeof(detail)), 0);
+	assert_int_equal(pd_keyring_count(kr), 6);
+	free(all);
+	pd_keyring_free(kr);
+}
+
+/* ------------------------------------------------------------------ */
+/* Corruption: every prefix, and every single-octet change. */
+
+static void test_truncation(void **state)
+{
+	(void)state;
+	const char *files[] = { "rsa2048.gpg", "cv25519.gpg", "p256.gpg", "elg.gpg", "a04-v6-secret-key.gpg" };
+	const int full[] = { 2, 1, 1, 1, 1 };
+	for (size_t f = 0; f < 5; f++) {
+		size_t len;
+		uint8_t *buf = load(files[f], &len);
+		struct pd_keyring *kr;
+		assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+		for (size_t cut = 1; cut < len; cut++) {
+			/* a copy of exactly cut octets, so ASan sees any over-read */
+			uint8_t *p = malloc(cut);
+			memcpy(p, buf, cut);
+			char detail[256];
+			int r = pd_keyring_add(kr, p, cut, NULL, 0, detail, sizeof(detail));
+			free(p);
+			/* cut at a packet boundary may leave a valid key file */
+			assert_true(r < 0 || r <= full[f]);
+			if (r < 0)
+				assert_true(detail[0] != 0);
+			pd_keyring_free(kr);
+			assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+		}
+		pd_keyring_free(kr);
+		free(buf);
+	}
+}
+
+static void test_bitflips(void **state)
+{
+	(void)state;
+	const char *files[] = { "cv25519.gpg", "p256.gpg", "a04-v6-secret-key.gpg" };
+	for (size_t f = 0; f < 3; f++) {
+		size_t len;
+		uint8_t *buf = load(files[f], &len);
+		for (size_t i = 0; i < len; i++) {
+			for (int v = 0; v < 2; v++) {
+				uint8_t *p = malloc(len);
+				memcpy(p, buf, len);
+				p[i] = v ? (uint8_t)(p[i] ^ 0x01) : 0xFF;
+				struct pd_keyring *kr;
+				assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+				int r = pd_keyring_add(kr, p, len, NULL, 0, NULL, 0);
+				assert_true(r <= 1);
+				pd_keyring_free(kr);
+				free(p);
+			}
+		}
+		free(buf);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Re-protection: take an unprotected secret key packet and encrypt its
+ * secret with each S2K usage, written from RFC 9580 §5.5.3 / §3.7.2.1. */
+
+struct pkt {
+	size_t off, hlen, len; /* header offset, header length, body length */
+	uint8_t tag;
+};
+
+static int next_pkt(const uint8_t *b, size_t len, size_t off, struct pkt *p)
+{
+	if (off >= len)
+		return 0;
+	p->off = off;
+	if (b[off] & 0x40) {
+		p->tag = b[off] & 0x3F;
+		uint8_t o = b[off + 1];
+		if (o < 192) { p->len = o; p->hlen = 2; }
+		else if (o < 224) { p->len = ((size_t)(o - 192) << 8) + b[off + 2] + 192; p->hlen = 3; }
+		else { p->len = pd_be32(b + off + 2); p->hlen = 6; }
+	} else {
+		p->tag = (b[off] >> 2) & 15;
+		size_t nl = (size_t)1 << (b[off] & 3);
+		p->len = 0;
+		for (size_t i = 0; i < nl; i++)
+			p->len = (p->len << 8) | b[off + 1 + i];
+		p->hlen = 1 + nl;
+	}
+	return 1;
+}
+
+/* Length of the public part of a v4 ECDH (cv25519) or v6 key body. */
+static size_t pub_len(const uint8_t *b)
+{
+	if (b[0] == 6)
+		return 10 + pd_be32(b + 6);
+	assert_int_equal(b[5], 18);
+	size_t o = 6 + 1 + b[6];
+	o += 2 + (pd_be16(b + o) + 7) / 8;
+	return o + 1 + b[o];
+}
+
+static void cfb(int algo, const uint8_t *key, size_t klen, const uint8_t *iv, uint8_t *buf, size_t n)
+{
+	gcry_cipher_hd_t h;
+	assert_int_equal(gcry_cipher_open(&h, algo, GCRY_CIPHER_MODE_CFB, 0), 0);
+	assert_int_equal(gcry_cipher_setkey(h, key, klen), 0);
+	assert_int_equal(gcry_cipher_setiv(h, iv, 16), 0);
+	assert_int_equal(gcry_cipher_encrypt(h, buf, n, NULL, 0), 0);
+	gcry_cipher_close(h);
+}
+
+/* Build a key file: the input with the secret subkey packet replaced by
+ * one protected with usage (and aead for 253). */
+static uint8_t *reprotect(const uint8_t *in, size_t inlen, uint8_t usage, uint8_t aead, size_t *ret_len,
+                          size_t *ret_end)
+{
+	struct pkt p = { 0 };
+	size_t off = 0;
+	while (next_pkt(in, inlen, off, &p) && p.tag != 7)
+		off = p.off + p.hlen + p.len;
+	assert_int_equal(p.tag, 7);
+	const uint8_t *body = in + p.off + p.hlen;
+	uint8_t ver = body[0];
+	size_t publen = pub_len(body);
+	assert_int_equal(body[publen], 0); /* unprotected */
+	const uint8_t *sec = body + publen + 1;
+	size_t seclen = p.len - publen - 1 - (ver == 4 ? 2 : 0); /* without csum16 */
+
+	uint8_t key[32], salt[8] = { 1, 2, 3, 4, 5, 6, 7, 8 }, iv[16] = { 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2, 3, 4, 5, 6 };
+	uint8_t s2k[11] = { 3, 8, 1, 2, 3, 4, 5, 6, 7, 8, 0x10 }; /* iterated SHA-256, 2048 octets */
+	size_t s2klen = 11;
+	uint8_t cipher = 9; /* AES-256 */
+	size_t keylen = 32;
+	if (usage < 253) { /* legacy: cipher id, simple MD5 S2K */
+		cipher = usage;
+		keylen = 16;
+		assert_int_equal(gcry_kdf_derive(PASS, strlen(PASS), GCRY_KDF_SIMPLE_S2K, GCRY_MD_MD5, NULL, 0, 0,
+		                                 keylen, key), 0);
+	} else {
+		assert_int_equal(gcry_kdf_derive(PASS, strlen(PASS), GCRY_KDF_ITERSALTED_S2K, GCRY_MD_SHA256, salt, 8,
+		                                 2048, keylen, key), 0);
+	}
+	int galgo = cipher == 7 ? GCRY_CIPHER_AES128 : GCRY_CIPHER_AES256;
+
+	uint8_t *out = malloc(inlen + 256), *q;
+	memcpy(out, in, p.off);
+	q = out + p.off;
+	uint8_t *nb = malloc(p.len + 128), *w = nb;
+	memcpy(w, body, publen);
+	w += publen;
+	*w++ = usage;
+	size_t ivlen = usage == 253 ? (aead == 1 ? 16 : aead == 2 ? 15 : 12) : 16;
+	if (ver == 6)
+		*w++ = (uint8_t)((usage == 253 ? 2 : 1) + 1 + s2klen + ivlen);
+	if (usage >= 253) {
+		*w++ = cipher;
+		if (usage == 253)
+			*w++ = aead;
+		if (ver == 6)
+			*w++ = (uint8_t)s2klen;
+		memcpy(w, s2k, s2klen);
+		w += s2klen;
+	}
+	memcpy(w, iv, ivlen);
+	w += ivlen;
+	memcpy(w, sec, seclen);
+	if (usage == 253) {
+		uint8_t kek[32], info[4] = { 0xC7, ver, cipher, aead };
+		assert_int_equal(pd_hkdf(GCRY_MD_SHA256, NULL, 0, key, keylen, info, 4, kek, 32), 0);
+		gcry_cipher_hd_t h;
+		int mode = aead == 1 ? GCRY_CIPHER_MODE_EAX : aead == 2 ? GCRY_CIPHER_MODE_OCB : GCRY_CIPHER_MODE_GCM;
+		assert_int_equal(gcry_cipher_open(&h, galgo, mode, 0), 0);
+		assert_int_equal(gcry_cipher_setkey(h, kek, 32), 0);
+		assert_int_equal(gcry_cipher_setiv(h, iv, ivlen), 0);
+		uint8_t *ad = malloc(publen + 1);
+		ad[0] = 0xC7;
+		memcpy(ad + 1, body, publen);
+		assert_int_equal(gcry_cipher_authenticate(h, ad, publen + 1), 0);
+		free(ad);
+		assert_int_equal(gcry_cipher_final(h), 0);
+		assert_int_equal(gcry_cipher_encrypt(h, w, seclen, NULL, 0), 0);
+		assert_int_equal(gcry_cipher_gettag(h, w + seclen, 16), 0);
+		gcry_cipher_close(h);
+		w += seclen + 16;
+	} else {
+		size_t n = seclen;
+		if (usage == 254) {
+			gcry_md_hash_buffer(GCRY_MD_SHA1, w + seclen, sec, seclen);
+			n += 20;
+		} else {
+			uint32_t s = 0;
+			for (size_t i = 0; i < seclen; i++)
+				s += sec[i];
+			w[seclen] = (uint8_t)(s >> 8);
+			w[seclen + 1] = (uint8_t)s;
+			n += 2;
+		}
+		cfb(galgo, key, keylen, iv, w, n);
+		w += n;
+	}
+	size_t nlen = (size_t)(w - nb);
+	*q++ = 0xC7;
+	*q++ = 0xFF;
+	pd_put_be32(q, (uint32_t)nlen);
+	q += 4;
+	memcpy(q, nb, nlen);
+	q += nlen;
+	*ret_end = (size_t)(q - out);
+	size_t rest = inlen - (p.off + p.hlen + p.len);
+	memcpy(q, in + p.off + p.hlen + p.len, rest);
+	q += rest;
+	free(nb);
+	*ret_len = (size_t)(q - out);
+	return out;
+}
+
+static void test_s2k_usages(void **state)
+{
+	(void)state;
+	const struct { const char *file; uint8_t usage, aead; } cases[] = {
+		{ "cv25519.gpg", 254, 0 }, { "cv25519.gpg", 255, 0 }, { "cv25519.gpg", 7, 0 },
+		{ "cv25519.gpg", 253, 1 }, { "cv25519.gpg", 253, 2 }, { "cv25519.gpg", 253, 3 },
+		{ "a04-v6-secret-key.gpg", 254, 0 }, { "a04-v6-secret-key.gpg", 253, 1 },
+		{ "a04-v6-secret-key.gpg", 253, 2 }, { "a04-v6-secret-key.gpg", 253, 3 },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len, plen, end;
+		uint8_t *in = load(cases[i].file, &len);
+		uint8_t *p = reprotect(in, len, cases[i].usage, cases[i].aead, &plen, &end);
+		struct pd_keyring *ref = NULL, *kr;
+		char detail[256];
+		assert_int_equal(add_file(&ref, cases[i].file, NULL, detail), 1);
+		assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+		assert_int_equal(pd_keyring_add(kr, p, plen, NULL, 0, detail, sizeof(detail)), PD_ENEEDPASS);
+		assert_int_equal(pd_keyring_add(kr, p, plen, "nope", 4, detail, sizeof(detail)), PD_EBADPASS);
+		int r = pd_keyring_add(kr, p, plen, PASS, strlen(PASS), detail, sizeof(detail));
+		if (r != 1)
+			fail_msg("%s usage %u aead %u: %d %s", cases[i].file, cases[i].usage, cases[i].aead, r, detail);
+		const struct pd_key *a = pd__keyring_get(ref, 0), *b = pd__keyring_get(kr, 0);
+		assert_memory_equal(a->fpr, b->fpr, a->fpr_len);
+		assert_int_equal(a->native_sk_len, b->native_sk_len);
+		assert_memory_equal(a->native_sk, b->native_sk, a->native_sk_len);
+		pd_keyring_free(kr);
+		/* Last octet of the protected data (tag, SHA-1 or checksum)
+		 * changed: the unlock check fails like a wrong passphrase. */
+		p[end - 1] ^= 0x01;
+		assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+		assert_int_equal(pd_keyring_add(kr, p, plen, PASS, strlen(PASS), detail, sizeof(detail)), PD_EBADPASS);
+		pd_keyring_free(kr);
+		pd_keyring_free(ref);
+		free(p);
+		free(in);
+	}
+	/* v6 forbids usage 255 and raw cipher ids. */
+	size_t len, plen, end;
+	uint8_t *in = load("a04-v6-secret-key.gpg", &len);
+	uint8_t *p = reprotect(in, len, 255, 0, &plen, &end);
+	struct pd_keyring *kr;
+	char detail[256];
+	assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+	assert_int_equal(pd_keyring_add(kr, p, plen, PASS, strlen(PASS), detail, sizeof(detail)), PD_EMALFORMED);
+	pd_keyring_free(kr);
+	free(p);
+	free(in);
+}
+
+/* A secret that does not belong to its public key is refused. */
+static void test_mismatch(void **state)
+{
+	(void)state;
+	const char *files[] = { "cv25519.gpg", "p256.gpg", "elg.gpg", "rsa2048.gpg", "a04-v6-secret-key.gpg" };
+	for (size_t f = 0; f < 5; f++) {
+		size_t len;
+		uint8_t *buf = load(files[f], &len);
+		struct pkt p = { 0 };
+		size_t off = 0, last7 = 0;
+		while (next_pkt(buf, len, off, &p)) {
+			if (p.tag == 7)
+				last7 = p.off;
+			off = p.off + p.hlen + p.len;
+		}
+		assert_true(next_pkt(buf, len, last7, &p));
+		uint8_t *body = buf + p.off + p.hlen;
+		size_t v4 = body[0] == 4;
+		/* Change the first octet of the secret's first MPI body (RSA: d)
+		 * or native secret, and fix the v4 checksum. */
+		uint8_t *end = body + p.len;
+		size_t seclen;
+		uint8_t *sec;
+		if (body[0] == 6) {
+			sec = end - 32;
+			seclen = 32;
+		} else {
+			/* find the usage octet: after the public fields */
+			const uint8_t *b = body;
+			size_t o = 6;
+			int nmpi = b[5] == 1 ? 2 : b[5] == 16 ? 3 : 0;
+			if (b[5] == 18) {
+				o += 1 + b[6];
+				o += 2 + (pd_be16(b + o) + 7) / 8;
+				o += 1 + b[o];
+			}
+			for (int i = 0; i < nmpi; i++)
+				o += 2 + (pd_be16(b + o) + 7) / 8;
+			assert_int_equal(b[o], 0);
+			sec = body + o + 1;
+			seclen = (size_t)(end - 2 - sec);
+		}
+		size_t at = body[0] == 6 ? 5 : 2 + (files[f][0] == 'r' ? 5 : 3);
+		assert_true(at < seclen);
+		sec[at] ^= 0x40;
+		if (v4) {
+			uint32_t s = 0;
+			for (size_t i = 0; i < seclen; i++)
+				s += sec[i];
+			end[-2] = (uint8_t)(s >> 8);
+			end[-1] = (uint8_t)s;
+		}
+		struct pd_keyring *kr;
+		char detail[256];
+		assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+		int r = pd_keyring_add(kr, buf, len, NULL, 0, detail, sizeof(detail));
+		if (r != PD_EMALFORMED || !strstr(detail, "does not match"))
+			fail_msg("%s: %d %s", files[f], r, detail);
+		pd_keyring_free(kr);
+		free(buf);
+	}
+}
+
+static void test_slow_argon2_key(void **state)
+{
+	(void)state;
+	const char *slow = getenv("PD_SLOW_TESTS");
+	if (!slow || strcmp(slow, "1") != 0) {
+		skip();
+		return;
+	}
+	struct pd_keyring *kr = NULL;
+	char detail[256];
+	assert_int_equal(add_file(&kr, "a05-v6-secret-key-locked-argon2.gpg", NULL, detail), PD_ENEEDPASS);
+	int r = add_file(&kr, "a05-v6-secret-key-locked-argon2.gpg", "correct horse battery staple", detail);
+	if (r != 1)
+		fail_msg("%d %s", r, detail);
+	const struct pd_key *k = pd__keyring_get(kr, 0);
+	uint8_t want[32];
+	unhex("4d600a4f794d44775c57a26e0feefed558e9afffd6ad0d582d57fb2ba2dcedb8", want, 32);
+	assert_memory_equal(k->native_sk, want, 32);
+	assert_fpr(k->fpr, 32, "12C83F1E706F6308FE151A417743A1F033790E93E9978488D1DB378DA9930885");
+	pd_keyring_free(kr);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_load_files),
+		cmocka_unit_test(test_v6_secret),
+		cmocka_unit_test(test_passphrases),
+		cmocka_unit_test(test_no_secret),
+		cmocka_unit_test(test_several_and_duplicates),
+		cmocka_unit_test(test_s2k_usages),
+		cmocka_unit_test(test_mismatch),
+		cmocka_unit_test(test_truncation),
+		cmocka_unit_test(test_bitflips),
+		cmocka_unit_test(test_slow_argon2_key),
+	};
+	if (pd_lib_init(4 << 20))
+		return 1;
+	int r = cmocka_run_group_tests(tests, NULL, NULL);
+	pd_lib_deinit();
+	return r;
+}

@@ -1,0 +1,324 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The message pipeline with known session keys: gpg-made SEIPD v1 messages
+ * (tests/data/msg, see gen.sh there) for every cipher and compression,
+ * pushed in slices from 1 octet up and pulled through output buffers from
+ * 1 octet up; then tampering, truncation and limits.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static uint8_t *slurp_path(const char *path, size_t *len);
+
+static uint8_t *slurp(const char *name, const char *ext, size_t *len)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/msg/%s.%s", PD_TEST_DATA, name, ext);
+	return slurp_path(path, len);
+}
+
+static uint8_t *slurp_path(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	uint8_t *b = malloc((size_t)n + 1);
+	assert_non_null(b);
+	assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	b[n] = 0;
+	*len = (size_t)n;
+	return b;
+}
+
+/* "ALGO:HEX" as gpg prints it */
+static void parse_sk(const char *s, uint8_t *algo, uint8_t *key, size_t *klen)
+{
+	char *colon = strchr(s, ':');
+	assert_non_null(colon);
+	*algo = (uint8_t)atoi(s);
+	*klen = 0;
+	for (const char *p = colon + 1; p[0] && p[1] && p[0] != '\n'; p += 2) {
+		unsigned v;
+		assert_int_equal(sscanf(p, "%2x", &v), 1);
+		key[(*klen)++] = (uint8_t)v;
+	}
+}
+
+struct result {
+	int rc;
+	uint8_t *out;
+	size_t outlen;
+	bool saw_meta;
+	struct pd_msginfo info;
+	char detail[512];
+};
+
+/* Decrypt msg (len) with the given session key, input in slices of `slice`,
+ * output through a buffer of `cap` octets. */
+static const char *password; /* when set, run() recovers the key from SKESKs */
+
+static struct result run(const uint8_t *msg, size_t len, uint8_t algo, const uint8_t *key, size_t klen,
+                         size_t slice, size_t cap, const struct pd_limits *lim)
+{
+	struct result res = { 0 };
+	struct pd_msg *m;
+	uint8_t *buf = malloc(cap);
+	size_t pos = 0, outcap = 1024;
+	res.out = malloc(outcap);
+	assert_int_equal(pd_msg_new(&m, lim), 0);
+	for (;;) {
+		size_t n = 0;
+		int r = pd_msg_step(m, NULL, buf, cap, &n);
+		if (r < 0) {
+			res.rc = r;
+			break;
+		}
+		if (r == PD_STEP_NEED_INPUT) {
+			if (pos == len) {
+				pd_msg_close_input(m);
+				continue;
+			}
+			size_t used;
+			assert_int_equal(pd_msg_write(m, msg + pos, PD_MIN(slice, len - pos), &used), 0);
+			pos += used;
+		} else if (r == PD_STEP_NEED_KEY) {
+			if (password) {
+				assert_int_equal(pd_msg_set_password(m, password, strlen(password)), 0);
+				r = pd_msg_recover_key(m, NULL, NULL);
+				if (r < 0) {
+					res.rc = r;
+					break;
+				}
+				continue;
+			}
+			assert_int_equal(pd__msg_set_session_key(m, algo, key, klen), 0);
+		} else if (r == PD_STEP_METADATA) {
+			res.saw_meta = true;
+		} else if (r == PD_STEP_OUTPUT) {
+			assert_true(n > 0 && n <= cap);
+			while (res.outlen + n > outcap)
+				res.out = realloc(res.out, outcap *= 2);
+			memcpy(res.out + res.outlen, buf, n);
+			res.outlen += n;
+		} else if (r == PD_STEP_DONE) {
+			res.rc = 0;
+			break;
+		}
+	}
+	res.info = *pd_msg_info(m);
+	snprintf(res.detail, sizeof(res.detail), "%s", pd_msg_detail(m));
+	pd_msg_free(m, NULL);
+	free(buf);
+	return res;
+}
+
+static const char *const fixtures[] = {
+	"aes128-none", "aes256-zlib", "aes192-zip", "cast5-bzip2", "twofish-none",
+	"camellia256-zip", "3des-none", "blowfish-zlib", "idea-none", "aes256-partial",
+};
+
+static void test_fixtures(void **state)
+{
+	(void)state;
+	static const size_t slices[] = { 1, 7, 4096, 1 << 20 };
+	static const size_t caps[] = { 1, 13, 65536 };
+	for (size_t f = 0; f < PD_ARRAY_SIZE(fixtures); f++) {
+		size_t mlen, plen, sklen, klen;
+		uint8_t *msg = slurp(fixtures[f], "gpg", &mlen);
+		uint8_t *pt = slurp(fixtures[f], "txt", &plen);
+		uint8_t *sk = slurp(fixtures[f], "sk", &sklen);
+		uint8_t algo, key[32];
+		parse_sk((char *)sk, &algo, key, &klen);
+		for (size_t s = 0; s < PD_ARRAY_SIZE(slices); s++) {
+			for (size_t c = 0; c < PD_ARRAY_SIZE(caps); c++) {
+				/* 1-octet slices and outputs on the big inputs only once */
+				if (plen > 20000 && (slices[s] == 1) != (caps[c] == 1))
+					continue;
+				struct result r = run(msg, mlen, algo, key, klen, slices[s], caps[c], NULL);
+				if (r.rc != 0)
+					fail_msg("%s slice %zu cap %zu: %s: %s", fixtures[f], slices[s], caps[c], pd_errname(r.rc), r.detail);
+				assert_int_equal(r.outlen, plen);
+				assert_memory_equal(r.out, pt, plen);
+				assert_true(r.saw_meta);
+				assert_int_equal(r.info.integrity, PD_INTEGRITY_MDC);
+				assert_int_equal(r.info.sym_algo, algo);
+				assert_int_equal(r.info.n_skesk, 1);
+				assert_true(r.info.has_literal);
+				free(r.out);
+			}
+		}
+		free(msg);
+		free(pt);
+		free(sk);
+	}
+}
+
+static void load(const char *name, uint8_t **msg, size_t *mlen, uint8_t *algo, uint8_t *key, size_t *klen)
+{
+	size_t sklen;
+	*msg = slurp(name, "gpg", mlen);
+	uint8_t *sk = slurp(name, "sk", &sklen);
+	parse_sk((char *)sk, algo, key, klen);
+	free(sk);
+}
+
+/* Every single bit flip in the encrypted part must fail, never give other
+ * plaintext: integrity (or, in the header area, format) errors. */
+static void test_bitflips(void **state)
+{
+	(void)state;
+	uint8_t *msg, algo, key[32];
+	size_t mlen, klen;
+	load("aes128-none", &msg, &mlen, &algo, key, &klen);
+	/* From the SEIPD packet on: the SKESK before it is not used when the
+	 * session key is given directly. */
+	assert_int_equal(msg[0], 0x8C);
+	for (size_t i = 2 + (size_t)msg[1]; i < mlen; i++) {
+		for (int b = 0; b < 8; b++) {
+			msg[i] ^= (uint8_t)(1u << b);
+			struct result r = run(msg, mlen, algo, key, klen, 1 << 20, 65536, NULL);
+			msg[i] ^= (uint8_t)(1u << b);
+			free(r.out);
+			if (r.rc == 0)
+				fail_msg("flip of bit %d at offset %zu decrypted", b, i);
+		}
+	}
+	free(msg);
+}
+
+static void test_truncation(void **state)
+{
+	(void)state;
+	uint8_t *msg, algo, key[32];
+	size_t mlen, klen;
+	load("aes256-partial", &msg, &mlen, &algo, key, &klen);
+	for (size_t cut = 0; cut < mlen; cut += (cut < 600 ? 1 : 997)) {
+		struct result r = run(msg, cut, algo, key, klen, 1 << 20, 65536, NULL);
+		free(r.out);
+		if (r.rc == 0)
+			fail_msg("truncated at %zu decrypted", cut);
+		assert_true(r.rc == PD_ETRUNCATED || r.rc == PD_EINTEGRITY || r.rc == PD_ENOTPGP ||
+		            r.rc == PD_EMALFORMED);
+	}
+	free(msg);
+}
+
+static void test_wrong_key(void **state)
+{
+	(void)state;
+	uint8_t *msg, algo, key[32];
+	size_t mlen, klen;
+	load("aes256-zlib", &msg, &mlen, &algo, key, &klen);
+	key[0] ^= 1;
+	struct result r = run(msg, mlen, algo, key, klen, 4096, 65536, NULL);
+	assert_int_equal(r.rc, PD_EINTEGRITY);
+	free(r.out);
+	free(msg);
+}
+
+static void test_output_limit(void **state)
+{
+	(void)state;
+	uint8_t *msg, algo, key[32];
+	size_t mlen, klen;
+	struct pd_limits lim;
+	pd_limits_default(&lim);
+	lim.max_output = 1000;
+	load("twofish-none", &msg, &mlen, &algo, key, &klen);
+	struct result r = run(msg, mlen, algo, key, klen, 4096, 65536, &lim);
+	assert_int_equal(r.rc, PD_ELIMIT);
+	assert_true(r.outlen <= 1000);
+	free(r.out);
+	free(msg);
+}
+
+static void test_garbage(void **state)
+{
+	(void)state;
+	const uint8_t junk[] = "this is not OpenPGP";
+	struct result r = run(junk, sizeof(junk) - 1, 9, junk, 32, 4, 16, NULL);
+	assert_int_equal(r.rc, PD_ENOTPGP);
+	free(r.out);
+	r = run(junk, 0, 9, junk, 32, 4, 16, NULL);
+	assert_int_equal(r.rc, PD_ENOTPGP);
+	free(r.out);
+	/* a binary header promising 4 GiB, then nothing */
+	const uint8_t big[] = { 0xC1, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x03 };
+	r = run(big, sizeof(big), 9, junk, 32, 3, 16, NULL);
+	assert_true(r.rc == PD_ETRUNCATED || r.rc == PD_ELIMIT);
+	free(r.out);
+}
+
+/* The password path through the whole pipeline: SKESK v4 + SEIPD v1 (gpg),
+ * v6 + SEIPD v2 (RFC 9580 A.9-A.11), v5 + OCB packet (LibrePGP A.3, rnp). */
+static void test_passwords(void **state)
+{
+	(void)state;
+	static const struct { const char *file, *pw, *plain, *text; } v[] = {
+		{ "msg/aes128-none.gpg", "test", "msg/aes128-none.txt" },
+		{ "msg/aes256-partial.gpg", "test", "msg/aes256-partial.txt" },
+		{ "aead/a09-skesk6-aead-eax-message.pgp", "password", NULL },
+		{ "aead/a10-skesk6-aead-ocb-message.pgp", "password", NULL },
+		{ "aead/a11-skesk6-aead-gcm-message.pgp", "password", NULL },
+		{ "aead/librepgp-a3.pgp", "password", NULL, "Hello, world!\n" },
+		{ "aead/rnp-ocb-hello.pgp", "x", "aead/hello.txt" },
+		{ "aead/rnp-eax-hello.pgp", "x", "aead/hello.txt" },
+	};
+	for (size_t i = 0; i < PD_ARRAY_SIZE(v); i++) {
+		char path[512];
+		size_t mlen, plen;
+		snprintf(path, sizeof(path), "%s/%s", PD_TEST_DATA, v[i].file);
+		uint8_t *msg = slurp_path(path, &mlen);
+		uint8_t *pt = (uint8_t *)strdup(v[i].text ? v[i].text : "Hello, world!");
+		plen = strlen((char *)pt);
+		if (v[i].plain) {
+			free(pt);
+			snprintf(path, sizeof(path), "%s/%s", PD_TEST_DATA, v[i].plain);
+			pt = slurp_path(path, &plen);
+		}
+		for (size_t slice = 1; slice <= 4096; slice *= 64) {
+			password = v[i].pw;
+			struct result r = run(msg, mlen, 0, NULL, 0, slice, 100, NULL);
+			if (r.rc != 0)
+				fail_msg("%s slice %zu: %s: %s", v[i].file, slice, pd_errname(r.rc), r.detail);
+			assert_int_equal(r.outlen, plen);
+			assert_memory_equal(r.out, pt, plen);
+			assert_int_equal(r.info.pk_algo, 0);
+			assert_true(r.info.integrity == PD_INTEGRITY_MDC || r.info.integrity == PD_INTEGRITY_AEAD);
+			free(r.out);
+			/* wrong password: refused, no plaintext claimed valid */
+			password = "wrong";
+			r = run(msg, mlen, 0, NULL, 0, slice, 100, NULL);
+			assert_true(r.rc == PD_EBADPASS || r.rc == PD_EINTEGRITY);
+			free(r.out);
+		}
+		password = NULL;
+		free(msg);
+		free(pt);
+	}
+}
+
+int main(void)
+{
+	pd_lib_init(0);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fixtures),
+		cmocka_unit_test(test_bitflips),
+		cmocka_unit_test(test_truncation),
+		cmocka_unit_test(test_wrong_key),
+		cmocka_unit_test(test_output_limit),
+		cmocka_unit_test(test_garbage),
+		cmocka_unit_test(test_passwords),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,254 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * RSA backends: OpenSSL and libgcrypt give the same raw c^d mod n, on
+ * random round trips and on a fixed PKESK that GnuPG wrote
+ * (tests/data/keys/rsa2048-msg.gpg, encrypted to the subkey of
+ * rsa2048.gpg), including from several worker threads at once.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <gcrypt.h>
+
+#include "pd-config.h"
+#include "pgp/rsa.h"
+
+static uint8_t *load(const char *name, size_t *ret_len)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/keys/%s", PD_TEST_DATA, name);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	uint8_t *buf = malloc(1 << 16);
+	assert_non_null(buf);
+	size_t n = fread(buf, 1, 1 << 16, f);
+	fclose(f);
+	assert_true(n > 0 && n < (1 << 16));
+	*ret_len = n;
+	return buf;
+}
+
+static struct pd_keyring *ring(enum pd_rsa_backend b)
+{
+	size_t len;
+	uint8_t *buf = load("rsa2048.gpg", &len);
+	struct pd_keyring *kr;
+	char detail[256];
+	assert_int_equal(pd_keyring_new(&kr, b), 0);
+	assert_int_equal(pd_keyring_add(kr, buf, len, NULL, 0, detail, sizeof(detail)), 2);
+	free(buf);
+	return kr;
+}
+
+/* The encryption subkey 220D6AE0...8DFB60D40DBB7820 is the second key. */
+static const struct pd_key *subkey(struct pd_keyring *kr)
+{
+	const struct pd_key *k = pd__keyring_get(kr, 1);
+	const uint8_t kid[8] = { 0x8d, 0xfb, 0x60, 0xd4, 0x0d, 0xbb, 0x78, 0x20 };
+	assert_non_null(k);
+	assert_memory_equal(k->keyid, kid, 8);
+	return k;
+}
+
+static void test_fixed_pkesk(void **state)
+{
+	(void)state;
+	size_t len;
+	uint8_t *msg = load("rsa2048-msg.gpg", &len);
+	/* old-format tag 1, 2-octet length: 85 01 0c, v3, key ID, algo 1, MPI */
+	assert_int_equal(msg[0], 0x85);
+	assert_int_equal(msg[3], 3);
+	assert_int_equal(msg[12], 1);
+	size_t bits = pd_be16(msg + 13), clen = (bits + 7) / 8;
+	const uint8_t *c = msg + 15;
+	assert_int_equal(clen, 256);
+
+	struct pd_keyring *ko = ring(PD_RSA_OPENSSL), *kg = ring(PD_RSA_GCRYPT);
+	const struct pd_key *a = subkey(ko), *b = subkey(kg);
+	assert_int_equal(a->rsa_backend, PD_RSA_OPENSSL);
+	assert_int_equal(b->rsa_backend, PD_RSA_GCRYPT);
+	uint8_t oa[256], ob[256];
+	assert_int_equal(pd_rsa_decrypt_raw(a, 0, c, clen, oa, 256), 0);
+	assert_non_null(a->rsa_ctx[0]); /* the worker's context was made lazily */
+	assert_int_equal(pd_rsa_decrypt_raw(b, 0, c, clen, ob, 256), 0);
+	assert_memory_equal(oa, ob, 256);
+	/* EME-PKCS1-v1_5: 00 02 PS(nonzero, >= 8) 00 algo key csum16 */
+	assert_int_equal(oa[0], 0);
+	assert_int_equal(oa[1], 2);
+	size_t i = 2;
+	while (i < 256 && oa[i])
+		i++;
+	assert_true(i >= 10 && i < 256);
+	size_t mlen = 256 - i - 1;
+	const uint8_t *m = oa + i + 1;
+	assert_int_equal(mlen, 1 + 32 + 2); /* AES-256 session key */
+	assert_int_equal(m[0], 9);
+	uint32_t s = 0;
+	for (size_t j = 1; j < 33; j++)
+		s += m[j];
+	assert_int_equal((uint16_t)s, pd_be16(m + 33));
+
+	/* Same result through another worker slot and the one-off path. */
+	uint8_t oc[256];
+	assert_int_equal(pd_rsa_decrypt_raw(a, 255, c, clen, oc, 256), 0);
+	assert_memory_equal(oa, oc, 256);
+	assert_int_equal(pd_rsa_decrypt_raw(a, PD_MAX_WORKERS + 5, c, clen, oc, 256), 0);
+	assert_memory_equal(oa, oc, 256);
+
+	/* Leading zero octets on the ciphertext are accepted. */
+	uint8_t cz[260] = { 0 };
+	memcpy(cz + 4, c, clen);
+	assert_int_equal(pd_rsa_decrypt_raw(b, 1, cz, sizeof(cz), oc, 256), 0);
+	assert_memory_equal(oa, oc, 256);
+
+	pd_keyring_free(ko);
+	pd_keyring_free(kg);
+	free(msg);
+}
+
+static void test_round_trips(void **state)
+{
+	(void)state;
+	struct pd_keyring *ko = ring(PD_RSA_OPENSSL), *kg = ring(PD_RSA_GCRYPT);
+	for (size_t which = 0; which < 2; which++) {
+		const struct pd_key *a = pd__keyring_get(ko, which), *b = pd__keyring_get(kg, which);
+		unsigned nbits = gcry_mpi_get_nbits(a->n);
+		size_t klen = (nbits + 7) / 8;
+		for (int t = 0; t < 20; t++) {
+			gcry_mpi_t m = gcry_mpi_new(0), c = gcry_mpi_new(0);
+			/* include small m (result with many leading zero octets) */
+			if (t == 0)
+				gcry_mpi_set_ui(m, 1);
+			else if (t == 1)
+				gcry_mpi_set_ui(m, 0);
+			else {
+				gcry_mpi_randomize(m, nbits - (unsigned)(t * 37 % 300), GCRY_WEAK_RANDOM);
+				gcry_mpi_clear_highbit(m, nbits - 1);
+			}
+			gcry_mpi_powm(c, m, a->e, a->n);
+			uint8_t cb[512], want[512], oa[512], ob[512];
+			size_t cl;
+			assert_int_equal(gcry_mpi_print(GCRYMPI_FMT_USG, cb, sizeof(cb), &cl, c), 0);
+			memset(want, 0, klen);
+			size_t ml = (gcry_mpi_get_nbits(m) + 7) / 8;
+			if (ml)
+				assert_int_equal(gcry_mpi_print(GCRYMPI_FMT_USG, want + klen - ml, ml, NULL, m), 0);
+			assert_int_equal(pd_rsa_decrypt_raw(a, (unsigned)t, cb, cl, oa, klen), 0);
+			assert_int_equal(pd_rsa_decrypt_raw(b, (unsigned)t, cb, cl, ob, klen), 0);
+			assert_memory_equal(oa, want, klen);
+			assert_memory_equal(ob, want, klen);
+			gcry_mpi_release(m);
+			gcry_mpi_release(c);
+		}
+	}
+	pd_keyring_free(ko);
+	pd_keyring_free(kg);
+}
+
+static void test_public_errors(void **state)
+{
+	(void)state;
+	struct pd_keyring *ko = ring(PD_RSA_OPENSSL), *kg = ring(PD_RSA_GCRYPT);
+	const struct pd_key *keys[2] = { subkey(ko), subkey(kg) };
+	for (int i = 0; i < 2; i++) {
+		const struct pd_key *k = keys[i];
+		uint8_t nb[256], out[256], big[257];
+		size_t nl;
+		assert_int_equal(gcry_mpi_print(GCRYMPI_FMT_USG, nb, sizeof(nb), &nl, k->n), 0);
+		assert_int_equal(nl, 256);
+		/* c == n and c > n: refused the same way by both backends */
+		assert_int_equal(pd_rsa_decrypt_raw(k, 0, nb, nl, out, 256), PD_EMALFORMED);
+		memset(big, 0xFF, sizeof(big));
+		assert_int_equal(pd_rsa_decrypt_raw(k, 0, big, 256, out, 256), PD_EMALFORMED);
+		assert_int_equal(pd_rsa_decrypt_raw(k, 0, big, 257, out, 256), PD_EMALFORMED);
+		/* wrong output size is a caller bug */
+		assert_int_equal(pd_rsa_decrypt_raw(k, 0, nb, 10, out, 255), PD_EINTERNAL);
+	}
+	pd_keyring_free(ko);
+	pd_keyring_free(kg);
+}
+
+static void test_default_backend(void **state)
+{
+	(void)state;
+	const char *old = getenv("PD_RSA_BACKEND");
+	char *save = old ? strdup(old) : NULL;
+	setenv("PD_RSA_BACKEND", "gcrypt", 1);
+	assert_int_equal(pd_rsa_default_backend(), PD_RSA_GCRYPT);
+	struct pd_keyring *kr = ring(PD_RSA_DEFAULT);
+	assert_int_equal(subkey(kr)->rsa_backend, PD_RSA_GCRYPT);
+	pd_keyring_free(kr);
+	setenv("PD_RSA_BACKEND", "openssl", 1);
+	assert_int_equal(pd_rsa_default_backend(), PD_RSA_OPENSSL);
+	kr = ring(PD_RSA_DEFAULT);
+	assert_int_equal(subkey(kr)->rsa_backend, PD_RSA_OPENSSL);
+	pd_keyring_free(kr);
+	unsetenv("PD_RSA_BACKEND");
+	assert_int_equal(pd_rsa_default_backend(), PD_RSA_DEFAULT_BACKEND);
+	if (save) {
+		setenv("PD_RSA_BACKEND", save, 1);
+		free(save);
+	}
+}
+
+struct thr {
+	const struct pd_key *k;
+	unsigned worker;
+	const uint8_t *c;
+	size_t clen;
+	uint8_t out[256];
+	int r;
+};
+
+static void *thr_main(void *arg)
+{
+	struct thr *t = arg;
+	for (int i = 0; i < 20 && t->r == 0; i++)
+		t->r = pd_rsa_decrypt_raw(t->k, t->worker, t->c, t->clen, t->out, 256);
+	return NULL;
+}
+
+/* Per-worker contexts: four threads, four slots, one key. */
+static void test_threads(void **state)
+{
+	(void)state;
+	size_t len;
+	uint8_t *msg = load("rsa2048-msg.gpg", &len);
+	for (int be = PD_RSA_OPENSSL; be <= PD_RSA_GCRYPT; be++) {
+		struct pd_keyring *kr = ring((enum pd_rsa_backend)be);
+		const struct pd_key *k = subkey(kr);
+		uint8_t ref[256];
+		assert_int_equal(pd_rsa_decrypt_raw(k, 9, msg + 15, 256, ref, 256), 0);
+		struct thr t[4];
+		pthread_t th[4];
+		for (unsigned i = 0; i < 4; i++) {
+			t[i] = (struct thr){ .k = k, .worker = i, .c = msg + 15, .clen = 256 };
+			assert_int_equal(pthread_create(&th[i], NULL, thr_main, &t[i]), 0);
+		}
+		for (unsigned i = 0; i < 4; i++) {
+			pthread_join(th[i], NULL);
+			assert_int_equal(t[i].r, 0);
+			assert_memory_equal(t[i].out, ref, 256);
+		}
+		pd_keyring_free(kr);
+	}
+	free(msg);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fixed_pkesk),
+		cmocka_unit_test(test_round_trips),
+		cmocka_unit_test(test_public_errors),
+		cmocka_unit_test(test_default_backend),
+		cmocka_unit_test(test_threads),
+	};
+	if (pd_lib_init(1 << 20))
+		return 1;
+	int r = cmocka_run_group_tests(tests, NULL, NULL);
+	pd_lib_deinit();
+	return r;
+}
