@@ -191,8 +191,9 @@ def test_verified_only_and_errors(world, daemon):
     got, res, _ = c.decrypt(msg, flags=pdwire.F_VERIFIED_ONLY)
     check_ok(got, res, plain)
     # A modified ciphertext: INTEGRITY, and with VERIFIED_ONLY no plaintext at all.
+    plain, msg = world["msgs"][4]  # binary
     bad = bytearray(msg)
-    bad[-30] ^= 0x40
+    bad[len(msg) // 2] ^= 0x40
     got, res, _ = c.decrypt(bytes(bad), flags=pdwire.F_VERIFIED_ONLY)
     assert res["name"] in ("INTEGRITY", "MALFORMED"), res
     assert got == b""
@@ -480,7 +481,7 @@ def test_reload_under_load(world, tmp_path):
     d = Daemon(world, tmp_path, "--config", str(conf), keydir=keydir)
     try:
         n_alice = len(d.client().keys())
-        assert n_alice == len(world["gpg"].enc_fprs("alice@example.org"))
+        assert n_alice >= len(world["gpg"].enc_fprs("alice@example.org"))
         msgs = [m for m in world["msgs"] if len(m[1]) < 2_000_000]
         errors, stop = [], threading.Event()
         count = [0]
