@@ -111,6 +111,12 @@ class Daemon:
         self.log.seek(0)
         return self.log.read().decode(errors="replace")
 
+    def wait_log(self, text, count=1, timeout=60):
+        deadline = time.time() + timeout
+        while self.logtext().count(text) < count:
+            assert time.time() < deadline, f"no {text!r} in the log:\n" + self.logtext()
+            time.sleep(0.05)
+
     def client(self, **kw):
         return Client(self.sock, **kw)
 
@@ -506,9 +512,9 @@ def test_reload_under_load(world, tmp_path):
         # Add bob's protected key and its passphrase, reload several times.
         shutil.copy(world["base"] / "bob.gpg", keydir / "bob.gpg")
         conf.write_text(f"[keys]\npassphrase-file = {world['base'] / 'bob.pass'}\n")
-        for _ in range(3):
+        for i in range(3):
             d.proc.send_signal(signal.SIGHUP)
-            time.sleep(0.7)
+            d.wait_log("reloaded:", i + 1)
         bobmsg = world["gpg"].encrypt(b"for bob", "bob@example.org")
         got, res, _ = d.client().decrypt(bobmsg)
         check_ok(got, res, b"for bob")
@@ -516,7 +522,7 @@ def test_reload_under_load(world, tmp_path):
         # A reload that fails (a broken key file) keeps the old set.
         (keydir / "broken.gpg").write_bytes(b"\x99\x01garbage")
         d.proc.send_signal(signal.SIGHUP)
-        time.sleep(0.7)
+        d.wait_log("reload failed, keeping the old keys")
         got, res, _ = d.client().decrypt(bobmsg)
         check_ok(got, res, b"for bob")
         stop.set()
