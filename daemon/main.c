@@ -7,6 +7,7 @@
  * drain-timeout, exit 0.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,8 @@ static struct {
 	uv_signal_t sig_hup, sig_term, sig_int;
 	uv_timer_t drain_timer;
 	bool drain_timer_on;
-	uv_work_t reload_work;
+	uv_async_t reload_async;  /* the reload thread is done */
+	pthread_t reload_thread;
 	bool reload_again;
 	/* reload results, written by the work thread, read in after_work */
 	struct pd_config *new_cfg;
@@ -65,6 +67,7 @@ static void finish(void)
 		uv_timer_stop(&m.drain_timer);
 		uv_close((uv_handle_t *)&m.drain_timer, on_handle_close);
 	}
+	uv_close((uv_handle_t *)&m.reload_async, on_handle_close);
 	uv_close((uv_handle_t *)&m.sig_hup, on_handle_close);
 	uv_close((uv_handle_t *)&m.sig_term, on_handle_close);
 	uv_close((uv_handle_t *)&m.sig_int, on_handle_close);
@@ -107,18 +110,22 @@ static void stop(int signum)
 static void on_signal(uv_signal_t *h, int signum);
 
 /* ---------------------------------------------------------------- */
-/* Reload: config and keys are built on a libuv helper thread (file reads,
- * S2K), then swapped on the loop.  Requests hold their own key set. */
+/* Reload: config and keys are built on a thread of their own (file reads,
+ * S2K), then swapped on the loop.  Requests hold their own key set.  A
+ * thread that exits, rather than libuv's pool, so that the crypto
+ * libraries' per-thread state is released with it. */
 
-static void reload_work(uv_work_t *w)
+static void *reload_main(void *arg)
 {
-	(void)w;
+	(void)arg;
 	m.new_cfg = NULL;
 	m.new_keys = NULL;
 	m.reload_msg[0] = 0;
 	m.reload_err = pd_config_load(&m.new_cfg, m.argc, m.argv, m.reload_msg, sizeof(m.reload_msg));
 	if (m.reload_err == 0)
 		m.reload_err = pd_keyset_load(&m.new_keys, m.new_cfg, m.reload_msg, sizeof(m.reload_msg));
+	uv_async_send(&m.reload_async);
+	return NULL;
 }
 
 static bool strv_eq(const struct pd_strv *a, const struct pd_strv *b)
@@ -133,10 +140,13 @@ static bool strv_eq(const struct pd_strv *a, const struct pd_strv *b)
 
 static void start_reload(void);
 
-static void reload_done(uv_work_t *w, int status)
+static void reload_done(uv_async_t *h)
 {
+	if (!pd_d.reloading)
+		return;
+	pthread_join(m.reload_thread, NULL);
 	pd_d.reloading = false;
-	if (status == 0 && m.reload_err == 0) {
+	if (m.reload_err == 0) {
 		struct pd_config *old = pd_d.cfg;
 		if (!strv_eq(&old->listen, &m.new_cfg->listen) || old->workers != m.new_cfg->workers ||
 		    old->secmem_size != m.new_cfg->secmem_size)
@@ -174,8 +184,13 @@ static void start_reload(void)
 	}
 	pd_log_info("SYS", "reloading keys and config");
 	pd_notify_reloading();
-	if (uv_queue_work(pd_d.loop, &m.reload_work, reload_work, reload_done) < 0) {
-		pd_log_err("SYS", "reload: cannot start a helper thread");
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	int r = pthread_create(&m.reload_thread, NULL, reload_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (r) {
+		pd_log_err("SYS", "reload: cannot start a helper thread: %s", strerror(r));
 		pd_notify_ready();
 		return;
 	}
@@ -256,6 +271,7 @@ int main(int argc, char **argv)
 		uv_run(pd_d.loop, UV_RUN_DEFAULT);
 		return 1;
 	}
+	uv_async_init(pd_d.loop, &m.reload_async, reload_done);
 	uv_signal_init(pd_d.loop, &m.sig_hup);
 	uv_signal_init(pd_d.loop, &m.sig_term);
 	uv_signal_init(pd_d.loop, &m.sig_int);
