@@ -26,6 +26,7 @@
 #include "pgpdec.h"
 #include "pool.h"
 #include "session.h"
+#include "tls.h"
 
 #define EX_USAGE 64
 #define EX_CONFIG 78
@@ -44,6 +45,7 @@ static struct {
 	/* reload results, written by the work thread, read in after_work */
 	struct pd_config *new_cfg;
 	struct pd_keyset *new_keys;
+	struct pd_tls_creds *new_tls;
 	int reload_err;
 	char reload_msg[512];
 	bool exiting;
@@ -124,6 +126,12 @@ static void *reload_main(void *arg)
 	m.reload_err = pd_config_load(&m.new_cfg, m.argc, m.argv, m.reload_msg, sizeof(m.reload_msg));
 	if (m.reload_err == 0)
 		m.reload_err = pd_keyset_load(&m.new_keys, m.new_cfg, m.reload_msg, sizeof(m.reload_msg));
+	m.new_tls = NULL;
+	if (m.reload_err == 0 && pd_config_tls(m.new_cfg)) {
+		m.reload_err = pd_tls_creds_load(&m.new_tls, m.new_cfg, m.reload_msg, sizeof(m.reload_msg));
+		if (m.reload_err < 0)
+			m.new_keys = pd_keyset_unref(m.new_keys);
+	}
 	uv_async_send(&m.reload_async);
 	return NULL;
 }
@@ -155,6 +163,10 @@ static void reload_done(uv_async_t *h)
 		pd_config_free(old);
 		pd_keyset_unref(pd_d.keys);
 		pd_d.keys = m.new_keys;
+		if (m.new_tls) { /* sessions keep the credentials they started with */
+			pd_tls_creds_unref(pd_d.tls_creds);
+			pd_d.tls_creds = m.new_tls;
+		}
 		pd_log_set_level((enum pd_log_level)pd_d.cfg->log_level);
 		pd_d.stats.reloads++;
 		pd_log_info("SYS", "reloaded: %zu decryption keys", pd_keyset_count(pd_d.keys));
@@ -166,6 +178,7 @@ static void reload_done(uv_async_t *h)
 	}
 	m.new_cfg = NULL;
 	m.new_keys = NULL;
+	m.new_tls = NULL;
 	explicit_bzero(m.reload_msg, sizeof(m.reload_msg));
 	pd_notify_ready();
 	if (m.reload_again && !pd_d.stopping) {
@@ -250,6 +263,13 @@ int main(int argc, char **argv)
 		return EX_CONFIG;
 	}
 	pd_log_info("SYS", "%zu decryption keys loaded", pd_keyset_count(pd_d.keys));
+	if (pd_config_tls(pd_d.cfg)) {
+		r = pd_tls_creds_load(&pd_d.tls_creds, pd_d.cfg, err, sizeof(err));
+		if (r < 0) {
+			pd_log_err("TLS", "%s", err);
+			return EX_CONFIG;
+		}
+	}
 
 	pd_d.loop = uv_default_loop();
 	/* Jobs per request are at most one, so queue-length requests never
@@ -288,6 +308,7 @@ int main(int argc, char **argv)
 	if (r < 0)
 		pd_log_warn("SYS", "loop closed with handles open: %s", uv_strerror(r));
 	pd_keyset_unref(pd_d.keys);
+	pd_tls_creds_unref(pd_d.tls_creds);
 	pd_config_free(pd_d.cfg);
 	pd_lib_deinit();
 	return 0;
