@@ -229,7 +229,9 @@ static int bind_tcp(uv_loop_t *loop, const struct pd_config *c, const char *spec
 static int take_activated(uv_loop_t *loop, const struct pd_config *c, char *err, size_t errlen)
 {
 #ifdef PD_HAVE_SYSTEMD
-	int n = sd_listen_fds(1);
+	/* The environment stays: a reload re-reads the config, whose check
+	 * accepts "no --listen" only under socket activation. */
+	int n = sd_listen_fds(0);
 	if (n <= 0)
 		return n;
 	for (int fd = SD_LISTEN_FDS_START; fd < SD_LISTEN_FDS_START + n; fd++) {

@@ -49,6 +49,7 @@ static struct {
 	int reload_err;
 	char reload_msg[512];
 	bool exiting;
+	bool drain_expired;
 } m;
 
 /* ---------------------------------------------------------------- */
@@ -79,7 +80,7 @@ static void finish(void)
 
 void pd_daemon_maybe_exit(void)
 {
-	if (pd_d.stopping && !pd_d.n_sessions && !pd_d.n_active && !pd_d.reloading)
+	if (pd_d.stopping && !pd_d.n_sessions && (!pd_d.n_active || m.drain_expired) && !pd_d.reloading)
 		finish();
 }
 
@@ -87,8 +88,8 @@ static void on_drain_timeout(uv_timer_t *t)
 {
 	pd_log_warn("SYS", "drain-timeout reached with %u messages in progress: closing connections",
 	            pd_d.n_active);
+	m.drain_expired = true; /* requests with a job out are freed when it returns */
 	pd_sessions_close_all();
-	pd_d.n_active = 0; /* requests with a job out are freed when it returns */
 	pd_daemon_maybe_exit();
 }
 

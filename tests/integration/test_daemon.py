@@ -504,6 +504,36 @@ def test_with_pgpdecd_client(world, daemon, tmp_path):
     assert p.returncode == 65, p.stderr
 
 
+@pytest.mark.skipif(not shutil.which("systemd-socket-activate"), reason="no systemd-socket-activate")
+def test_socket_activation(world, tmp_path):
+    sock = str(tmp_path / "act.sock")
+    log = open(tmp_path / "act.log", "w+b")
+    p = subprocess.Popen(["systemd-socket-activate", "-l", sock, PGPDECD, "--keydir", str(world["keys"]),
+                          "--workers", "1"], stdout=log, stderr=log)
+    try:
+        for _ in range(200):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.05)
+        c = Client(sock)
+        plain, msg = world["msgs"][3]
+        got, res, _ = c.decrypt(msg)
+        check_ok(got, res, plain)
+        p.send_signal(signal.SIGHUP)  # a reload under socket activation keeps working
+        time.sleep(1)
+        assert c.ping(b"after reload") == b"after reload"
+        c.close()
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0
+        log.seek(0)
+        text = log.read().decode()
+        assert "socket activation" in text and "reload failed" not in text, text
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def test_access_control(world, tmp_path):
     if os.getuid() == 65534:
         pytest.skip("running as nobody")
