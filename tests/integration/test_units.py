@@ -220,11 +220,6 @@ def test_exec_start_as_systemd_would(tmp_path):
     text = (tmp_path / "daemon.log").read_text(errors="replace")
     assert "socket activation" in text, text
     assert "ready" in text, text
-    if not reloaded and "reload failed" in text and "nothing to listen on" in text:
-        # sd_listen_fds(1) unsets LISTEN_FDS, so the reloaded config fails
-        # its "something to listen on" check: every "systemctl reload" of
-        # the packaged unit fails (and keeps the old set).  Daemon bug.
-        pytest.xfail("daemon: reload under socket activation fails (LISTEN_FDS unset)")
     assert reloaded, text
 
 
