@@ -155,6 +155,10 @@ PDC_API struct pdc_conn *pdc_close(struct pdc_conn *c);
 /** The server's version and limits. */
 PDC_API const struct pdc_server *pdc_server(const struct pdc_conn *c);
 
+/* Submitting on a connection the server has closed meanwhile (its idle
+ * timeout, a shutdown) fails at once with the error that ended it: connect
+ * again and resubmit.  Nothing was sent in that case. */
+
 /** Queue a decryption (in_fd = -1 when unused). */
 PDC_API int pdc_submit_decrypt(struct pdc_conn *c, const struct pdc_decrypt *d);
 /** Queue a PING; on_done gets status 0 when the PONG arrives. */
