@@ -18,6 +18,9 @@
  * Callback contract: if a pdc_submit_*() call returns an error, none of that
  * request's callbacks is ever called; otherwise on_done is called exactly
  * once, from pdc_run() or pdc_process(), also when the connection fails.
+ * Callbacks may submit further requests on the same connection (that is how
+ * a closed-loop benchmark keeps it busy) but must not call pdc_run(),
+ * pdc_process() or pdc_close() on it.
  * A pdc_conn belongs to one thread at a time; different connections are
  * independent.  Errors are 0 or negative errno values.
  */
