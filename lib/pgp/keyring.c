@@ -423,7 +423,7 @@ static int validate(struct pd_key *k, enum pd_rsa_backend backend)
 }
 
 /* Decrypt the protected secret (usage 253/254/255/cipher id).  out is a
- * secure buffer of clen octets; *ret_len is the plaintext length (for AEAD
+ * secure buffer of dlen octets; *ret_len is the plaintext length (for AEAD
  * the tag is removed). */
 static int unprotect(struct ctx *c, const struct pd_key *k, uint8_t tag, uint8_t usage, uint8_t cipher,
                      uint8_t aead, const struct pd_s2k *s2k, const uint8_t *iv, size_t ivlen,

@@ -557,6 +557,29 @@ static void test_s2k_usages(void **state)
 	free(in);
 }
 
+/* LibrePGP v5 keys are not supported: a file of only v5 keys says so. */
+static void test_v5_rejected(void **state)
+{
+	(void)state;
+	size_t len;
+	uint8_t *buf = load("a04-v6-secret-key.gpg", &len);
+	struct pkt p = { 0 };
+	int n = 0;
+	for (size_t off = 0; next_pkt(buf, len, off, &p); off = p.off + p.hlen + p.len)
+		if (p.tag == 5 || p.tag == 7) {
+			buf[p.off + p.hlen] = 5;
+			n++;
+		}
+	assert_int_equal(n, 2);
+	struct pd_keyring *kr;
+	char detail[256];
+	assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+	assert_int_equal(pd_keyring_add(kr, buf, len, NULL, 0, detail, sizeof(detail)), PD_EUNSUPPORTED);
+	assert_non_null(strstr(detail, "v5"));
+	pd_keyring_free(kr);
+	free(buf);
+}
+
 /* A secret that does not belong to its public key is refused. */
 static void test_mismatch(void **state)
 {
@@ -744,6 +767,7 @@ int main(void)
 		cmocka_unit_test(test_several_and_duplicates),
 		cmocka_unit_test(test_s2k_usages),
 		cmocka_unit_test(test_mismatch),
+		cmocka_unit_test(test_v5_rejected),
 		cmocka_unit_test(test_truncation),
 		cmocka_unit_test(test_bitflips),
 		cmocka_unit_test(test_hostile_params),
