@@ -69,6 +69,7 @@ struct pdc_conn {
 	uint32_t next_id;
 	uint32_t n_outstanding;     /* begun and not answered */
 	size_t n_pending;
+	bool reading;               /* inside read_some(): callbacks must not re-enter it */
 	int dead;                   /* error that ended the connection, or 0 */
 	unsigned dead_status;
 	char dead_sentence[PD_SENTENCE_MAX + 1];
@@ -461,8 +462,15 @@ static int conn_fail(struct pdc_conn *c, int err, unsigned status, const char *s
 	return c->dead;
 }
 
+static int read_some(struct pdc_conn *c);
+
 static int submit(struct pdc_conn *c, struct req *r)
 {
+	/* On an idle connection, notice first whether the server has closed it
+	 * (idle timeout, shutdown): then this request fails at once, before it
+	 * is accepted, and the caller can reconnect without losing anything. */
+	if (!c->head && !c->dead && !c->reading)
+		(void)read_some(c);
 	if (c->dead) {
 		req_free(r);
 		return c->dead;
@@ -623,8 +631,6 @@ static void fill_out(struct pdc_conn *c)
 	}
 }
 
-static int read_some(struct pdc_conn *c);
-
 static int flush_out(struct pdc_conn *c)
 {
 	while (c->out_off < c->out_len) {
@@ -778,7 +784,21 @@ static int on_frame(struct pdc_conn *c, const struct pd_frame_hdr *h, const uint
 	return 0;
 }
 
+static int read_some_(struct pdc_conn *c);
+
+/* Frames are dispatched from c->rbuf: a callback that submits must not
+ * start another read that would overwrite it. */
 static int read_some(struct pdc_conn *c)
+{
+	if (c->reading)
+		return c->dead;
+	c->reading = true;
+	int r = read_some_(c);
+	c->reading = false;
+	return r;
+}
+
+static int read_some_(struct pdc_conn *c)
 {
 	/* Until EAGAIN: data GnuTLS has buffered would not wake poll() again. */
 	while (!c->dead) {
@@ -989,8 +1009,23 @@ static int handshake(struct pdc_conn *c, const struct pdc_config *cfg, int64_t d
 		struct pd_hello sh;
 		if (pd_parse_hello(p, fh.len, PD_FROM_SERVER, &sh) < 0 || sh.version_min != PD_PROTO_VERSION)
 			return set_err(e, -EPROTO, PD_ST_VERSION, "server HELLO is malformed or has an unknown version");
-		if (used != (size_t)k)
+		if (used != (size_t)k) {
+			/* Only an ERROR may follow before any request (e.g. a server
+			 * that closes at once): report it like a refusal. */
+			struct pd_frame_hdr fh2;
+			size_t used2;
+			pd_frame_decoder_set_max(c->dec, sh.max_frame);
+			r = pd_frame_decode(c->dec, c->rbuf + used, (size_t)k - used, &used2, &fh2, &p);
+			if (r == 1 && fh2.type == PD_FT_ERROR) {
+				struct pd_result er;
+				if (pd_parse_error(p, fh2.len, &er) == 0) {
+					set_err(e, 0, er.status, "server closed the connection: %s",
+					        er.sentence[0] ? er.sentence : pd_status_text(er.status));
+					return -ECONNABORTED;
+				}
+			}
 			return set_err(e, -EPROTO, PD_ST_PROTOCOL, "server sent frames after HELLO before any request");
+		}
 		c->server.version = sh.version_min;
 		c->server.max_frame = sh.max_frame;
 		c->server.max_message = sh.max_message;

@@ -470,10 +470,15 @@ def daemon(tmp_path_factory):
     yield {"sock": sock, "enc": enc_to, "subkeys": enc, "base": base, "proc": p}
     p.send_signal(15)
     try:
-        p.wait(30)
+        rc = p.wait(60)
     except subprocess.TimeoutExpired:
         p.kill()
+        rc = "hung on SIGTERM"
     log.close()
+    text = open(base / "pgpdecd.log", errors="replace").read()
+    # The client's misbehaviour must never hurt the daemon (ASan builds report here).
+    assert "Sanitizer" not in text and "runtime error" not in text, text[-3000:]
+    assert rc == 0, f"pgpdecd exit {rc}: {text[-2000:]}"
 
 
 def test_real_decrypt_and_metadata(daemon):
