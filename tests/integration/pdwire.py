@@ -53,8 +53,11 @@ def parse_result(p):
 
 
 class Client:
-    def __init__(self, path=None, tcp=None, timeout=60, hello=True):
-        if path:
+    def __init__(self, path=None, tcp=None, timeout=60, hello=True, sock=None):
+        if sock is not None:
+            self.s = sock
+            self.s.settimeout(timeout)
+        elif path:
             self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self.s.settimeout(timeout)
             self.s.connect(path)
