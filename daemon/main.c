@@ -7,6 +7,7 @@
  * drain-timeout, exit 0.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -240,6 +241,13 @@ int main(int argc, char **argv)
 
 	pd_log_init();
 	harden();
+	/* Every message allocates and frees a few buffers of 64-256 KiB.  With
+	 * glibc's adaptive thresholds they bounce between mmap/munmap and heap
+	 * trimming (madvise), each time faulting fresh pages in: fixed
+	 * thresholds keep them in the heap for reuse.  Memory stays bounded by
+	 * the limits; freed memory is reused, not returned. */
+	mallopt(M_MMAP_THRESHOLD, 4 << 20);
+	mallopt(M_TRIM_THRESHOLD, 64 << 20);
 	signal(SIGPIPE, SIG_IGN);
 	m.argc = argc;
 	m.argv = argv;
