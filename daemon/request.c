@@ -266,8 +266,14 @@ static void job_work(struct pd_job *j, struct pd_worker *w)
 			continue;
 		}
 		if (st == PD_STEP_NEED_INPUT) {
-			if (jpos < r->jin_len)
+			if (jpos < r->jin_len && pd_msg_input_space(r->m) > 0)
 				continue; /* the engine made room: feed more */
+			if (jpos < r->jin_len) {
+				/* Wants input with a full buffer: it can never progress.
+				 * An engine bug, but never a spinning worker. */
+				job_result(r, &fw, PD_EINTERNAL, w);
+				goto out;
+			}
 			if (r->end_told) { /* cannot happen with a correct engine */
 				job_result(r, &fw, PD_ETRUNCATED, w);
 				goto out;

@@ -46,6 +46,7 @@ struct pd_session {
 	uint8_t *rbuf;
 	size_t rstart, rend;
 	bool reading, eof, hello_done, closing, failing, throttled, shut;
+	bool tls_full;            /* the TLS layer stopped for want of read-buffer room */
 	uv_shutdown_t shutdown_req;
 
 	struct pd_request **reqs; /* ring of owed replies, oldest first */
@@ -679,11 +680,16 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 static bool tls_pump(struct pd_session *s)
 {
 	bool was_ready = pd_tls_ready(s->tls);
+	s->tls_full = false;
 	for (;;) {
 		if (s->rstart && s->rend == RBUF_SIZE) {
 			memmove(s->rbuf, s->rbuf + s->rstart, s->rend - s->rstart);
 			s->rend -= s->rstart;
 			s->rstart = 0;
+		}
+		if (s->rend == RBUF_SIZE && pd_tls_ready(s->tls)) {
+			s->tls_full = true; /* more may wait inside TLS: pump again once there is room */
+			break;
 		}
 		ssize_t n = pd_tls_read(s->tls, s->rbuf + s->rend, RBUF_SIZE - s->rend);
 		if (n > 0) {
@@ -711,19 +717,9 @@ static bool tls_pump(struct pd_session *s)
 	return true;
 }
 
-static void process(struct pd_session *s)
+/* Take frames from the read buffer while back-pressure allows. */
+static void take_frames(struct pd_session *s)
 {
-	if (s->closing)
-		return;
-	if (s->tls && !s->failing && !tls_pump(s))
-		return;
-	if (s->tls && !pd_tls_ready(s->tls)) {
-		if (s->eof)
-			pd_session_close(s);
-		else
-			update_reading(s);
-		return;
-	}
 	while (!s->failing && !s->closing && s->rstart < s->rend && can_take_frame(s)) {
 		struct pd_frame_hdr h;
 		const uint8_t *p;
@@ -749,6 +745,28 @@ static void process(struct pd_session *s)
 		s->rend -= s->rstart;
 		s->rstart = 0;
 	}
+}
+
+static void process(struct pd_session *s)
+{
+	if (s->closing)
+		return;
+	/* Decrypted data held inside TLS never makes the socket readable
+	 * again: pump again whenever taking frames made room for it. */
+	do {
+		if (s->tls && !s->failing && !tls_pump(s))
+			return;
+		if (s->tls && !pd_tls_ready(s->tls)) {
+			if (s->eof)
+				pd_session_close(s);
+			else
+				update_reading(s);
+			return;
+		}
+		take_frames(s);
+		if (s->closing)
+			return;
+	} while (s->tls && s->tls_full && s->rend < RBUF_SIZE && !s->failing);
 	flush(s);
 	if (s->closing || s->failing)
 		return;

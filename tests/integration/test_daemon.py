@@ -210,6 +210,11 @@ def test_verified_only_and_errors(world, daemon):
     assert got == b""
     got, res, _ = c.decrypt(b"this is not OpenPGP at all" * 10)
     assert res["name"] in ("NOT_PGP", "MALFORMED"), res
+    # Longer than any buffer of the engine: answered, never a spinning worker.
+    t0 = time.time()
+    got, res, _ = c.decrypt(b"x" * 300000)
+    assert res["name"] != "OK" and got == b"", res
+    assert time.time() - t0 < 20
     # Truncated message.
     got, res, _ = c.decrypt(msg[:len(msg) // 2])
     assert res["name"] in ("TRUNCATED", "MALFORMED"), res
@@ -546,10 +551,20 @@ def test_access_control(world, tmp_path):
         assert "access denied" in d.logtext()
     finally:
         assert d.stop() == 0
-    d = Daemon(world, tmp_path, "--allow-user", str(os.getuid()))
+    import grp
+    group = "nogroup" if os.getuid() == 0 else str(os.getgid())
+    gid = grp.getgrnam(group).gr_gid if not group.isdigit() else int(group)
+    d = Daemon(world, tmp_path, "--allow-user", str(os.getuid()), "--socket-group", group)
     try:
-        assert os.stat(d.sock).st_mode & 0o777 == 0o660
+        st = os.stat(d.sock)
+        assert st.st_mode & 0o777 == 0o660 and st.st_gid == gid
         assert d.client().ping(b"me") == b"me"
+    finally:
+        assert d.stop() == 0
+    # Group allow-list: our primary group is allowed.
+    d = Daemon(world, tmp_path, "--allow-group", str(os.getgid()))
+    try:
+        assert d.client().ping(b"group") == b"group"
     finally:
         assert d.stop() == 0
 

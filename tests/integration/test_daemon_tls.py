@@ -132,6 +132,17 @@ def test_tls_mutual(world, pki, tmp_path):
         assert tls_client(port, pki, pki["good"]).ping(b"new") == b"new"
         log = d.logtext()
         assert "client certificate refused" in log or "TLS handshake failed" in log
+        # The project's own client speaks TLS to it too.
+        client = os.path.join(os.path.dirname(PGPDECD), "..", "client", "pgpdecd-client")
+        if os.path.exists(client):
+            tls = ["--connect", f"127.0.0.1:{port}", "--tls-ca", str(pki["ca"][1]), "--tls-cert",
+                   str(pki["good"][1]), "--tls-key", str(pki["good"][0]), "--tls-server-name", "localhost"]
+            f = tmp_path / "m.pgp"
+            f.write_bytes(world["msgs"][4][1])
+            p = subprocess.run([client, *tls, str(f)], capture_output=True, timeout=60)
+            assert p.returncode == 0 and p.stdout == world["msgs"][4][0], p.stderr
+            p = subprocess.run([client, *tls[:4], str(f)], capture_output=True, timeout=60)
+            assert p.returncode != 0  # no client certificate
     finally:
         assert d.stop() == 0
 
