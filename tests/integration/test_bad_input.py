@@ -80,7 +80,11 @@ def test_truncation_armored(pd, ct, keys, tools, matrix):
 def flip_positions(data):
     plist = pgp.packets(data)
     seipd = plist[-1]
-    pos = set(range(0, seipd.offset + seipd.hdr_len + 24))  # every header/PKESK byte
+    pos = set()
+    for p in plist[:-1]:  # PKESKs: every header/field byte, every 3rd MPI byte
+        pos.update(range(p.offset, min(p.end, p.offset + p.hdr_len + 14)))
+        pos.update(range(p.offset + p.hdr_len + 14, p.end, 3))
+    pos.update(range(seipd.offset, seipd.offset + seipd.hdr_len + 24))  # header, prefix
     pos.update(range(seipd.end - 30, seipd.end))  # MDC and tail
     pos.update(range(seipd.offset + 40, seipd.end - 30, 37))  # through the body
     return sorted(pos), seipd
