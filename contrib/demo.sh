@@ -94,6 +94,9 @@ if info:
     print(f"    opened by:  {info['pk_algo']} key {info['key_fpr']}")
     print(f"    cipher:     {info['sym_algo']}, integrity {info['integrity']}, "
           f"compression {'+'.join(info['compression']) or 'none'}, armored {info['armored']}")
+    if info["issuers"]:
+        print(f"    signed by:  key ID {', '.join(info['issuers'])} "
+              f"({info['n_signatures']} signature(s), reported, not verified)")
     lit = info["literal"] or {}
     print(f"    literal:    format {lit.get('format')!s} name {lit.get('name')!r} date {lit.get('date')}")
 EOF
