@@ -74,7 +74,7 @@ struct pd_limits { /* public, by value */
 	uint64_t max_input;         /* ciphertext bytes per message (0 = unlimited) */
 	uint32_t max_ratio;         /* decompressed/compressed ratio, checked after ratio_grace bytes */
 	uint64_t ratio_grace;       /* output allowed before the ratio limit applies */
-	uint32_t max_depth;         /* nesting of compressed packets (and containers) */
+	uint32_t max_depth;         /* compressed packets nested in each other (at most 14) */
 	uint32_t max_packets;       /* packets per message, all layers */
 	uint32_t max_partials;      /* partial-length parts per packet */
 	uint32_t max_esk;           /* PKESK/SKESK packets per message */
@@ -99,13 +99,18 @@ enum pd_rsa_backend {
 	PD_RSA_GCRYPT = 2,
 };
 
-/** Create an empty key ring whose RSA keys use the given backend. */
+/** Create an empty key ring whose RSA keys use the given backend
+ * (PD_RSA_DEFAULT: $PD_RSA_BACKEND=openssl|gcrypt if set, else the build's). */
 PD_API int pd_keyring_new(struct pd_keyring **ret, enum pd_rsa_backend backend);
 /** Free a key ring (wipes secrets); accepts NULL, returns NULL. */
 PD_API struct pd_keyring *pd_keyring_free(struct pd_keyring *kr);
 /** Add every secret key in data (binary or armored, several keys allowed),
  * unlocking protected ones with pass (may be NULL).  Returns the number of
- * decryption-capable secret (sub)keys added, or a negative error.  On error
+ * decryption-capable secret (sub)keys added (keys already held are skipped,
+ * so 0 is possible), or a negative error: PD_ENEEDPASS, PD_EBADPASS,
+ * PD_ENOSECRET (nothing usable: public keys, stubs, signing-only keys),
+ * PD_EUNSUPPORTED (only unsupported versions, e.g. LibrePGP v5),
+ * PD_EMALFORMED (also: secret does not match its public key).  On error
  * nothing is added.  detail (may be NULL) receives a sentence. */
 PD_API int pd_keyring_add(struct pd_keyring *kr, const uint8_t *data, size_t len,
                           const char *pass, size_t passlen, char *detail, size_t detail_len);

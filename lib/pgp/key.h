@@ -43,7 +43,7 @@ struct pd_key {
 
 	/* RSA backend state (pgp/rsa.c) */
 	enum pd_rsa_backend rsa_backend;
-	void *rsa_pkey;           /* EVP_PKEY * (OpenSSL backend) */
+	void *rsa_pkey;           /* EVP_PKEY * (OpenSSL backend) or gcry_sexp_t (libgcrypt) */
 	void *rsa_ctx[PD_MAX_WORKERS]; /* EVP_PKEY_CTX * per worker, lazily */
 };
 

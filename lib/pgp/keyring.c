@@ -23,9 +23,9 @@
 #define MAX_MPI_BITS 16392u       /* RSA/ElGamal up to 16384 bits (and a little slack) */
 #define MAX_KEYS 4096             /* (sub)keys in one ring */
 /* Key files are configuration, not attacker input, but still capped: the
- * RFC 9580 A.5 example (Argon2id, 2 GiB) must load. */
+ * RFC 9580 A.5 example (Argon2id, 2 GiB) must load.  Other S2K caps are
+ * pd_limits_default()'s. */
 #define KEYRING_MAX_ARGON2_KIB (1u << 21)
-#define KEYRING_MAX_S2K_COUNT 65011712u
 
 struct pd_keyring {
 	enum pd_rsa_backend backend;
@@ -372,6 +372,12 @@ static int validate(struct pd_key *k, enum pd_rsa_backend backend)
 	case PD_PK_RSA: case PD_PK_RSA_E:
 		return pd_rsa_setup(k, backend);
 	case PD_PK_ELGAMAL: {
+		/* Sane group first: libgcrypt aborts on a zero modulus. */
+		unsigned pbits = gcry_mpi_get_nbits(k->p);
+		if (pbits < 512 || pbits > MAX_MPI_BITS || !gcry_mpi_test_bit(k->p, 0) ||
+		    gcry_mpi_cmp_ui(k->g, 1) <= 0 || gcry_mpi_cmp(k->g, k->p) >= 0 ||
+		    gcry_mpi_cmp_ui(k->y, 1) <= 0 || gcry_mpi_cmp(k->y, k->p) >= 0)
+			return PD_EUNSUPPORTED;
 		if (gcry_mpi_cmp_ui(k->x, 1) <= 0 || gcry_mpi_cmp(k->x, k->p) >= 0)
 			return PD_EINTEGRITY;
 		gcry_mpi_t t = gcry_mpi_snew(0);
@@ -417,16 +423,18 @@ static int validate(struct pd_key *k, enum pd_rsa_backend backend)
 }
 
 /* Decrypt the protected secret (usage 253/254/255/cipher id).  out is a
- * secure buffer of clen octets; *ret_len is the plaintext length (for AEAD
+ * secure buffer of dlen octets; *ret_len is the plaintext length (for AEAD
  * the tag is removed). */
 static int unprotect(struct ctx *c, const struct pd_key *k, uint8_t tag, uint8_t usage, uint8_t cipher,
                      uint8_t aead, const struct pd_s2k *s2k, const uint8_t *iv, size_t ivlen,
                      const uint8_t *pub, size_t publen, const uint8_t *data, size_t dlen,
                      uint8_t *out, size_t *ret_len)
 {
-	static const struct pd_limits lim = {
-		.max_argon2_kib = KEYRING_MAX_ARGON2_KIB, .max_s2k_count = KEYRING_MAX_S2K_COUNT,
-	};
+	struct pd_limits lim;
+	pd_limits_default(&lim);
+	/* Key files come from the operator, not from senders: allow the
+	 * RFC 9580 A.5 cost (2 GiB) that the message default refuses. */
+	lim.max_argon2_kib = PD_MAX(lim.max_argon2_kib, KEYRING_MAX_ARGON2_KIB);
 	size_t keylen = pd_sym_keylen(cipher);
 	int galgo = pd_sym_gcry(cipher);
 	uint8_t *kek = gcry_malloc_secure(64);
@@ -984,7 +992,11 @@ int pd_keyring_add(struct pd_keyring *kr, const uint8_t *data, size_t len, const
 	r = parse_packets(&c, data, len, &b);
 	/* Nothing usable is an error; a file that only repeats keys already
 	 * held is not (0 added). */
-	if (r == 0 && b.n == 0 && c.n_dup == 0)
+	if (r == 0 && b.n == 0 && c.n_dup == 0 && c.n_unsupported > 0 && c.n_secret == c.n_signing + c.n_stub)
+		r = pd_fail(detail, detail_len, PD_EUNSUPPORTED,
+		            "no usable secret decryption key: %u key packets of unsupported version or algorithm "
+		            "(LibrePGP v5 keys are not supported)", c.n_unsupported);
+	else if (r == 0 && b.n == 0 && c.n_dup == 0)
 		r = pd_fail(detail, detail_len, PD_ENOSECRET,
 		            "no usable secret decryption key (%u secret key packets: %u without secret, "
 		            "%u signing-only, %u unsupported)",

@@ -271,7 +271,10 @@ int pd_rsa_setup(struct pd_key *k, enum pd_rsa_backend backend)
 	if (!t)
 		return -ENOMEM;
 	gcry_mpi_mul(t, k->sp, k->sq);
-	int same = gcry_mpi_cmp(t, k->n) == 0;
+	/* Both factors of real size: a factor 1 would make the CRT divide by
+	 * zero (libgcrypt aborts on that). */
+	int same = gcry_mpi_cmp(t, k->n) == 0 && gcry_mpi_get_nbits(k->sp) >= nbits / 4 &&
+	           gcry_mpi_get_nbits(k->sq) >= nbits / 4 && gcry_mpi_test_bit(k->e, 0);
 	if (same && gcry_mpi_cmp(k->sp, k->sq) > 0)
 		gcry_mpi_swap(k->sp, k->sq);
 	if (same) {

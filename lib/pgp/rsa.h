@@ -10,9 +10,13 @@
 #pragma once
 #include "pgp/key.h"
 
-/** Default backend of this build (meson option rsa_backend). */
+/** Default backend: the environment variable PD_RSA_BACKEND=openssl|gcrypt
+ * if set (the tests run everything against both), else the build's meson
+ * option rsa_backend (PD_RSA_DEFAULT_BACKEND in pd-config.h). */
 PD_HIDDEN enum pd_rsa_backend pd_rsa_default_backend(void);
-/** Prepare k (n, e, d, p, q, u set) for its backend; checks n == p*q. */
+/** Prepare k (n, e, d, p, q, u set) for its backend; checks n == p*q
+ * (PD_EINTEGRITY if not), reorders p < q and recomputes u, and proves d
+ * with one private-key round trip. */
 PD_HIDDEN int pd_rsa_setup(struct pd_key *k, enum pd_rsa_backend backend);
 /** Release backend state (called by pd_key_free()). */
 PD_HIDDEN void pd_rsa_cleanup(struct pd_key *k);

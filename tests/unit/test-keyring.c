@@ -213,6 +213,53 @@ static void test_no_secret(void **state)
 	pd_keyring_free(kr);
 }
 
+/* Armored input: one block with two keys (gpg --armor --export-secret-keys
+ * of two keys), the RFC's v6 block, and blocks concatenated. */
+static void test_armored(void **state)
+{
+	(void)state;
+	struct pd_keyring *kr = NULL;
+	char detail[256];
+	int r = add_file(&kr, "rsa-cv-protected.asc", PASS, detail);
+	if (r != 3)
+		fail_msg("%d %s", r, detail);
+	assert_int_equal(add_file(&kr, "a04-v6-secret-key.asc", NULL, detail), 1);
+	assert_int_equal(add_file(&kr, "a03-v6-certificate.asc", NULL, detail), PD_ENOSECRET);
+	assert_int_equal(add_file(&kr, "rsa-cv-protected.asc", "bad", detail), PD_EBADPASS);
+	assert_int_equal(pd_keyring_count(kr), 4);
+	struct pd_keyinfo ki;
+	assert_int_equal(pd_keyring_info(kr, 2, &ki), 0);
+	assert_fpr(ki.fpr, 20, "8140F323EA3CFB14A8CCF26A756A26217CF25D80");
+	assert_int_equal(pd_keyring_info(kr, 3, &ki), 0);
+	assert_fpr(ki.fpr, 32, "12C83F1E706F6308FE151A417743A1F033790E93E9978488D1DB378DA9930885");
+	pd_keyring_free(kr);
+
+	size_t l1, l2;
+	uint8_t *a = load("a04-v6-secret-key.asc", &l1), *b = load("rsa-cv-protected.asc", &l2);
+	uint8_t *both = malloc(l1 + l2 + 1);
+	memcpy(both, a, l1);
+	both[l1] = '\n';
+	memcpy(both + l1 + 1, b, l2);
+	assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+	r = pd_keyring_add(kr, both, l1 + l2 + 1, PASS, strlen(PASS), detail, sizeof(detail));
+	if (r != 4)
+		fail_msg("%d %s", r, detail);
+	pd_keyring_free(kr);
+	/* every truncation of the armored v6 key: an error or the key, never a crash */
+	for (size_t cut = 1; cut < l1; cut++) {
+		uint8_t *p = malloc(cut);
+		memcpy(p, a, cut);
+		assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+		r = pd_keyring_add(kr, p, cut, NULL, 0, detail, sizeof(detail));
+		assert_true(r < 0 || r == 1);
+		pd_keyring_free(kr);
+		free(p);
+	}
+	free(both);
+	free(a);
+	free(b);
+}
+
 static void test_several_and_duplicates(void **state)
 {
 	(void)state;
@@ -280,11 +327,13 @@ static void test_truncation(void **state)
 static void test_bitflips(void **state)
 {
 	(void)state;
-	const char *files[] = { "cv25519.gpg", "p256.gpg", "a04-v6-secret-key.gpg" };
-	for (size_t f = 0; f < 3; f++) {
+	/* every octet of the small files; every 5th of the RSA/ElGamal ones
+	 * (their private-key checks are slower) */
+	const char *files[] = { "cv25519.gpg", "p256.gpg", "a04-v6-secret-key.gpg", "elg.gpg", "rsa2048.gpg" };
+	for (size_t f = 0; f < 5; f++) {
 		size_t len;
 		uint8_t *buf = load(files[f], &len);
-		for (size_t i = 0; i < len; i++) {
+		for (size_t i = 0; i < len; i += f < 3 ? 1 : 5) {
 			for (int v = 0; v < 2; v++) {
 				uint8_t *p = malloc(len);
 				memcpy(p, buf, len);
@@ -292,7 +341,7 @@ static void test_bitflips(void **state)
 				struct pd_keyring *kr;
 				assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
 				int r = pd_keyring_add(kr, p, len, NULL, 0, NULL, 0);
-				assert_true(r <= 1);
+				assert_true(r <= (f == 4 ? 2 : 1));
 				pd_keyring_free(kr);
 				free(p);
 			}
@@ -508,6 +557,29 @@ static void test_s2k_usages(void **state)
 	free(in);
 }
 
+/* LibrePGP v5 keys are not supported: a file of only v5 keys says so. */
+static void test_v5_rejected(void **state)
+{
+	(void)state;
+	size_t len;
+	uint8_t *buf = load("a04-v6-secret-key.gpg", &len);
+	struct pkt p = { 0 };
+	int n = 0;
+	for (size_t off = 0; next_pkt(buf, len, off, &p); off = p.off + p.hlen + p.len)
+		if (p.tag == 5 || p.tag == 7) {
+			buf[p.off + p.hlen] = 5;
+			n++;
+		}
+	assert_int_equal(n, 2);
+	struct pd_keyring *kr;
+	char detail[256];
+	assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+	assert_int_equal(pd_keyring_add(kr, buf, len, NULL, 0, detail, sizeof(detail)), PD_EUNSUPPORTED);
+	assert_non_null(strstr(detail, "v5"));
+	pd_keyring_free(kr);
+	free(buf);
+}
+
 /* A secret that does not belong to its public key is refused. */
 static void test_mismatch(void **state)
 {
@@ -571,6 +643,97 @@ static void test_mismatch(void **state)
 	}
 }
 
+/* ------------------------------------------------------------------ */
+/* Hand-made hostile parameters: must be refused, never abort libgcrypt. */
+
+static size_t put_mpi(uint8_t *w, const uint8_t *v, size_t n)
+{
+	unsigned bits = 0;
+	while (n && !v[0]) {
+		v++;
+		n--;
+	}
+	if (n) {
+		bits = (unsigned)(8 * (n - 1));
+		for (uint8_t t = v[0]; t; t >>= 1)
+			bits++;
+	}
+	w[0] = (uint8_t)(bits >> 8);
+	w[1] = (uint8_t)bits;
+	memcpy(w + 2, v, n);
+	return 2 + n;
+}
+
+/* v4 unprotected secret subkey packet: algo, public MPIs, secret MPIs. */
+static int add_crafted(uint8_t algo, const uint8_t *const *pub, const size_t *publ, size_t npub,
+                       const uint8_t *const *sec, const size_t *secl, size_t nsec, char *detail)
+{
+	uint8_t body[4096], pkt[4200];
+	size_t o = 0;
+	body[o++] = 4;
+	pd_put_be32(body + o, 0x5F000000);
+	o += 4;
+	body[o++] = algo;
+	for (size_t i = 0; i < npub; i++)
+		o += put_mpi(body + o, pub[i], publ[i]);
+	body[o++] = 0;
+	size_t s0 = o;
+	for (size_t i = 0; i < nsec; i++)
+		o += put_mpi(body + o, sec[i], secl[i]);
+	uint32_t cs = 0;
+	for (size_t i = s0; i < o; i++)
+		cs += body[i];
+	body[o++] = (uint8_t)(cs >> 8);
+	body[o++] = (uint8_t)cs;
+	pkt[0] = 0xC7;
+	pkt[1] = 0xFF;
+	pd_put_be32(pkt + 2, (uint32_t)o);
+	memcpy(pkt + 6, body, o);
+	struct pd_keyring *kr;
+	assert_int_equal(pd_keyring_new(&kr, PD_RSA_GCRYPT), 0);
+	int r = pd_keyring_add(kr, pkt, o + 6, NULL, 0, detail, 256);
+	pd_keyring_free(kr);
+	return r;
+}
+
+static void test_hostile_params(void **state)
+{
+	(void)state;
+	char detail[256];
+	uint8_t zero[1] = { 0 }, one[1] = { 1 }, two[1] = { 2 }, three[1] = { 3 }, four[1] = { 4 };
+	uint8_t big[64];
+	memset(big, 0xA5, sizeof(big));
+	big[63] |= 1;
+	/* ElGamal with p = 0, and with p = 1 */
+	{
+		const uint8_t *pub[3] = { zero, two, four }, *sec[1] = { two };
+		size_t pl[3] = { 1, 1, 1 }, sl[1] = { 1 };
+		assert_true(add_crafted(16, pub, pl, 3, sec, sl, 1, detail) < 0);
+		pub[0] = one;
+		assert_true(add_crafted(16, pub, pl, 3, sec, sl, 1, detail) < 0);
+		/* 512-bit odd p, x = 0 */
+		const uint8_t *pub2[3] = { big, two, four }, *sec2[1] = { zero };
+		size_t pl2[3] = { 64, 1, 1 };
+		assert_true(add_crafted(16, pub2, pl2, 3, sec2, sl, 1, detail) < 0);
+	}
+	/* RSA: n = 1 * n (p = 1), and n = 0 */
+	{
+		const uint8_t *pub[2] = { big, three }, *sec[4] = { one, one, big, one };
+		size_t pl[2] = { 64, 1 }, sl[4] = { 1, 1, 64, 1 };
+		int r = add_crafted(1, pub, pl, 2, sec, sl, 4, detail);
+		assert_int_equal(r, PD_EMALFORMED);
+		assert_non_null(strstr(detail, "does not match"));
+		sec[1] = big;
+		sec[2] = one;
+		sl[1] = 64;
+		sl[2] = 1;
+		assert_int_equal(add_crafted(1, pub, pl, 2, sec, sl, 4, detail), PD_EMALFORMED);
+		pub[0] = zero;
+		pl[0] = 1;
+		assert_true(add_crafted(1, pub, pl, 2, sec, sl, 4, detail) < 0);
+	}
+}
+
 static void test_slow_argon2_key(void **state)
 {
 	(void)state;
@@ -600,11 +763,14 @@ int main(void)
 		cmocka_unit_test(test_v6_secret),
 		cmocka_unit_test(test_passphrases),
 		cmocka_unit_test(test_no_secret),
+		cmocka_unit_test(test_armored),
 		cmocka_unit_test(test_several_and_duplicates),
 		cmocka_unit_test(test_s2k_usages),
 		cmocka_unit_test(test_mismatch),
+		cmocka_unit_test(test_v5_rejected),
 		cmocka_unit_test(test_truncation),
 		cmocka_unit_test(test_bitflips),
+		cmocka_unit_test(test_hostile_params),
 		cmocka_unit_test(test_slow_argon2_key),
 	};
 	if (pd_lib_init(4 << 20))
