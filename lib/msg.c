@@ -72,6 +72,7 @@ struct layer {
 	enum xkind xk;
 	struct pd_inflate *z;
 	uint64_t x_in, x_out;
+	bool x_ended;          /* the compressed stream ended; rest of the body ignored */
 };
 
 struct esk {
@@ -801,6 +802,18 @@ static int run_xform(struct pd_msg *m, size_t li, struct pd_worker *w, bool *pro
 		if (r < 0)
 			return r;
 		bool eof = r == 0;
+		if (L->x_ended) {
+			/* Octets after the end of the compressed stream are ignored:
+			 * Sequoia pads messages there (its default "pad" mode). */
+			if (eof) {
+				C->in_eof = true;
+				L->st = L_XFORM_DONE;
+			} else {
+				body_consume(L, n);
+			}
+			*progress = true;
+			continue;
+		}
 		size_t space = buf_space(C->in);
 		if (!space)
 			return 0;
@@ -844,14 +857,9 @@ static int run_xform(struct pd_msg *m, size_t li, struct pd_worker *w, bool *pro
 		}
 		if (r == 1) {
 			if (L->xk == X_INFLATE) {
-				/* The compressed stream ended: the packet must end too. */
-				r = body_peek(m, li, &p, &n);
-				if (r == PD_EAGAIN)
-					return 0; /* wait to see whether more body follows */
-				if (r < 0)
-					return r;
-				if (r == 1)
-					return fail_inner(m, li, PD_EMALFORMED, "data after the end of the compressed stream");
+				L->x_ended = true;
+				*progress = true;
+				continue;
 			} else {
 				m->container_done = true;
 				m->info.integrity = L->xk == X_AEAD ? PD_INTEGRITY_AEAD :
