@@ -16,13 +16,25 @@ export GNUPGHOME="$WORK/gnupg"
 trap 'gpgconf --kill all 2>/dev/null || true; rm -rf "$WORK"' EXIT INT TERM
 mkdir -m 700 "$GNUPGHOME"
 G() { gpg --batch --no-tty --pinentry-mode loopback --passphrase '' "$@"; }
-G -q --quick-gen-key '<bench@pgpdecd.example>' ed25519 cert never
+G -q --quick-gen-key '<bench@pgpdecd.example>' ed25519 cert never 2>/dev/null
 FPR=$(gpg --with-colons -k '<bench@pgpdecd.example>' | awk -F: '/^fpr/{print $10; exit}')
-G -q --quick-add-key "$FPR" cv25519 encr never
+G -q --quick-add-key "$FPR" cv25519 encr never 2>/dev/null
 G --export-secret-keys >"$WORK/key.pgp"
 head -c 52428800 /dev/urandom >"$WORK/random"
-yes 'The quick brown fox jumps over the lazy dog 0123456789 lorem ipsum dolor' |
-	head -c 52428800 >"$WORK/text"
+# text of random hex words: ZLIB gets about 2:1, far from the bomb limit
+/usr/bin/python3 - "$WORK/text" <<'EOF'
+import random, sys
+r = random.Random(1)
+words = \
+    [("%x" % r.getrandbits(r.choice((8, 12, 16, 20, 24)))) for _ in range(5000)]
+with open(sys.argv[1], "wb") as f:
+    n = 0
+    while n < 52428800:
+        line = (" ".join(r.choice(words) for _ in range(12)) + "\n").encode()
+        f.write(line)
+        n += len(line)
+    f.truncate(52428800)
+EOF
 G --trust-model always -r "$FPR" --compress-algo none -o "$WORK/none.pgp" -e "$WORK/random"
 G --trust-model always -r "$FPR" --compress-algo zlib -o "$WORK/zlib.pgp" -e "$WORK/text"
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
