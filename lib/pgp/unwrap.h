@@ -39,7 +39,12 @@ PD_HIDDEN int pd_pkesk_parse(const uint8_t *body, size_t len, struct pd_pkesk *r
 /** Recover the session key of p with k.  sym_algo: for v6 PKESKs the
  * cipher of the SEIPD v2 header (the key length must match it), 0 for v3.
  * Returns 0 and *ok_mask = ~0 (real key) or 0 (pseudo-random key in *out),
- * or a negative error for public reasons. */
+ * or a negative error for public reasons: PD_ENOKEY when p's algorithm is
+ * not k's, PD_EUNSUPPORTED (algorithm, curve, KDF or v6 sym_algo), and
+ * PD_EMALFORMED (MPI or point encoding, lengths, c >= n); *out untouched.
+ * The pseudo-random key is HMAC-SHA256(k->ir_secret, p->fields) truncated
+ * to its length: algorithm 9 (32 octets) for v3 RSA/ElGamal/ECDH, the
+ * cleartext algorithm for v3 X25519/X448, sym_algo for v6. */
 PD_HIDDEN int pd_unwrap(struct pd_worker *w, const struct pd_key *k, const struct pd_pkesk *p,
                         uint8_t sym_algo, struct pd_sesskey *out, uint32_t *ok_mask);
 

@@ -1,0 +1,142 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# contrib/check.sh: every test of pgpdecd, from a clean checkout on Debian 12.
+#
+#   1. installs the Debian packages that are missing (apt-get, as root),
+#   2. builds into build/ and runs the whole meson test suite,
+#   3. builds into build-asan/ with -Db_sanitize=address,undefined and runs
+#      the whole suite again; any sanitizer report fails the run,
+#   4. prints a summary.  Exit status: 0 only if everything passed.
+#
+# Environment: JOBS (default 2), PD_CHECK_SKIP_ASAN=1 to skip step 3,
+# PD_CHECK_NO_INSTALL=1 to skip step 1.
+set -eu
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+JOBS=${JOBS:-2}
+T0=$(date +%s)
+
+# Build and test dependencies (Debian package names).  Keep in sync with
+# README.md and debian/control.
+PKGS_BUILD="meson ninja-build pkg-config gcc libc6-dev libgcrypt20-dev libgpg-error-dev
+ libssl-dev zlib1g-dev libbz2-dev libcmocka-dev libuv1-dev libgnutls28-dev libsystemd-dev
+ libinih-dev"
+PKGS_TEST="python3 python3-pytest python3-cryptography gnupg sq rnp sqop gosop gnutls-bin
+ systemd scdoc lintian debhelper devscripts"
+
+say() { printf '\n=== %s\n' "$*"; }
+
+install_missing() {
+	missing=""
+	for p in $PKGS_BUILD $PKGS_TEST; do
+		if ! dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+			missing="$missing $p"
+		fi
+	done
+	if [ -z "$missing" ]; then
+		echo "all packages present"
+		return 0
+	fi
+	echo "missing:$missing"
+	SUDO=""
+	if [ "$(id -u)" != 0 ]; then
+		if command -v sudo >/dev/null 2>&1; then
+			SUDO="sudo"
+		else
+			echo "check.sh: run as root to install:$missing" >&2
+			exit 1
+		fi
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	$SUDO apt-get update -q
+	# shellcheck disable=SC2086
+	$SUDO apt-get install -y -q --no-install-recommends $missing
+}
+
+# Fail on sanitizer reports even where a report did not change an exit
+# status (a report inside a child whose output a test only logged).
+sanitizer_reports() {
+	grep -l -E 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMARY: UndefinedBehaviorSanitizer' \
+		"$1"/meson-logs/testlog.txt 2>/dev/null || true
+}
+
+# count_results DIR: "N ok, N fail, N skip" from meson's JSON log
+count_results() {
+	/usr/bin/python3 - "$1/meson-logs/testlog.json" <<'EOF' 2>/dev/null || echo "no test log"
+import json, sys, collections
+c = collections.Counter()
+for line in open(sys.argv[1]):
+    c[json.loads(line)["result"]] += 1
+print(", ".join(f"{n} {k.lower()}" for k, n in sorted(c.items())))
+EOF
+}
+
+build_and_test() { # dir, setup options...
+	dir=$1
+	shift
+	if [ -f "$dir/build.ninja" ]; then
+		meson setup --reconfigure "$dir" "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; return 1; }
+	else
+		meson setup "$dir" "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; return 1; }
+	fi
+	# keep the setup log out of the tree's top level
+	mv "$dir.setup.log" "$dir/meson-logs/setup-check.log"
+	ninja -C "$dir" -j "$JOBS" 2>&1 | tee "$dir/meson-logs/build-check.log" | grep -E 'warning:|error:|FAILED' || true
+	# ninja's own status is lost in the pipe: check it again
+	ninja -C "$dir" -j "$JOBS" >/dev/null 2>&1 || { echo "build failed in $dir"; return 1; }
+	meson test -C "$dir" --print-errorlogs --num-processes "$JOBS"
+}
+
+status=0
+say "packages"
+if [ "${PD_CHECK_NO_INSTALL:-0}" != 1 ]; then
+	install_missing
+fi
+
+say "build/ (release build, all suites)"
+T1=$(date +%s)
+if build_and_test build; then r1=PASS; else r1=FAIL; status=1; fi
+T2=$(date +%s)
+w1=$(grep -c 'warning:' build/meson-logs/build-check.log 2>/dev/null || true)
+
+r2=SKIPPED
+w2=0
+T3=$T2
+if [ "${PD_CHECK_SKIP_ASAN:-0}" != 1 ]; then
+	say "build-asan/ (address,undefined sanitizers, all suites)"
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+	# only one 50 MiB case under the sanitizers: they are 3-10x slower
+	PD_TEST_LEAN=1
+	export ASAN_OPTIONS UBSAN_OPTIONS PD_TEST_LEAN
+	if build_and_test build-asan -Db_sanitize=address,undefined -Db_lundef=false; then
+		r2=PASS
+	else
+		r2=FAIL
+		status=1
+	fi
+	reports=$(sanitizer_reports build-asan)
+	if [ -n "$reports" ]; then
+		echo "sanitizer reports found in: $reports"
+		r2="FAIL (sanitizer report)"
+		status=1
+	fi
+	unset PD_TEST_LEAN
+	T3=$(date +%s)
+	w2=$(grep -c 'warning:' build-asan/meson-logs/build-check.log 2>/dev/null || true)
+fi
+
+say "summary"
+if [ -f build/interop-matrix.txt ]; then
+	echo "interop matrix (build/):"
+	sed 's/^/  /' build/interop-matrix.txt
+fi
+printf 'build/       %-28s %s; %s compiler warnings; %ss\n' "$r1" "$(count_results build)" "$w1" $((T2 - T1))
+if [ "$r2" != SKIPPED ]; then
+	printf 'build-asan/  %-28s %s; %s compiler warnings; %ss\n' "$r2" "$(count_results build-asan)" "$w2" $((T3 - T2))
+fi
+printf 'total        %ss\n' $(($(date +%s) - T0))
+if [ $status = 0 ]; then echo "check.sh: ALL PASSED"; else echo "check.sh: FAILED"; fi
+exit $status
