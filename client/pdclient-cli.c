@@ -1,0 +1,961 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pgpdecd-client: decrypt files through pgpdecd, and the ping, stats, keys
+ * and bench subcommands.  Built on libpdclient; exit codes are sysexits(3)
+ * so that a Postfix pipe(8) transport defers or bounces correctly.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sysexits.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pd-config.h"
+#include "pdclient.h"
+
+static const char *prog = "pgpdecd-client";
+static int verbose;
+
+static void usage_text(FILE *f)
+{
+	fprintf(f,
+"Usage: pgpdecd-client [OPTION]... [FILE]...\n"
+"       pgpdecd-client [OPTION]... ping|stats|keys\n"
+"       pgpdecd-client [OPTION]... bench --concurrency N --requests M [--json] FILE...\n"
+"\n"
+"Decrypt OpenPGP messages with the keys held by the pgpdecd daemon.\n"
+"\n"
+"With no FILE, or when FILE is -, the message is read from standard input.\n"
+"Several FILEs are sent one after another over one connection without\n"
+"waiting for each reply (pipelined); replies arrive in order.  A first\n"
+"operand of ping, stats, keys or bench is a subcommand: write ./ping to\n"
+"decrypt a file of that name.\n"
+"\n"
+"Connection:\n"
+"  -s, --socket PATH        Unix socket of the daemon (default: $PGPDECD_SOCKET,\n"
+"                           else " PDC_DEFAULT_SOCKET ")\n"
+"  -c, --connect HOST:PORT  connect over TCP with TLS instead ([v6addr]:PORT\n"
+"                           for IPv6 literals)\n"
+"      --tls-ca FILE        PEM CA certificates to verify the daemon with\n"
+"                           (default: the system's, unless --tls-pin is given)\n"
+"      --tls-cert FILE      PEM client certificate (the daemon requires one\n"
+"                           by default)\n"
+"      --tls-key FILE       PEM private key of the client certificate\n"
+"      --tls-server-name NAME\n"
+"                           name the daemon's certificate must carry, also sent\n"
+"                           as SNI (default: HOST)\n"
+"      --tls-pin SHA256     accept the daemon's certificate if its SHA-256\n"
+"                           fingerprint is this (64 hex digits, colons and a\n"
+"                           sha256: prefix allowed), instead of or, with\n"
+"                           --tls-ca, in addition to CA verification\n"
+"      --no-tls             plain TCP (only a daemon on loopback that\n"
+"                           explicitly allows it serves this)\n"
+"  -t, --timeout SECONDS    give up when the daemon makes no progress for this\n"
+"                           long, and on connecting (default 60; 0 = never)\n"
+"\n"
+"Decryption:\n"
+"  -o, --output PATH        write the plaintext to PATH instead of standard\n"
+"                           output.  It is written to a temporary file in the\n"
+"                           same directory (mode 0600) and renamed to PATH only\n"
+"                           when the daemon reported success with the integrity\n"
+"                           verified; otherwise it is removed and PATH is left\n"
+"                           untouched.  If PATH is an existing directory, each\n"
+"                           FILE's plaintext goes to PATH/NAME, where NAME is\n"
+"                           FILE's base name without a .gpg, .pgp or .asc\n"
+"                           suffix (with .out appended if it had none).\n"
+"                           Several FILEs need -o DIR (or no -o).\n"
+"      --verified-only      have the daemon hold back all plaintext until the\n"
+"                           whole message is verified: nothing unverified ever\n"
+"                           reaches standard output\n"
+"      --password-file FILE password for password-encrypted (SKESK) messages:\n"
+"                           the first line of FILE\n"
+"  -v, --verbose            print a line per message on standard error: status,\n"
+"                           integrity, key, algorithms, sizes, literal name\n"
+"\n"
+"  Without -o and without --verified-only, plaintext streams to standard\n"
+"  output as it is decrypted.  For messages in the older SEIPD v1 format it\n"
+"  is verified only at the end: if the exit status is not 0, discard what\n"
+"  was written.  With several FILEs and no -o, the plaintexts are written to\n"
+"  standard output one after the other.\n"
+"\n"
+"Subcommands:\n"
+"  ping                     check that the daemon answers; prints the round trip\n"
+"  stats                    print the daemon's counters (Prometheus text format)\n"
+"  keys                     list the decryption keys the daemon holds\n"
+"  bench FILE...            load FILEs into memory and decrypt them repeatedly,\n"
+"                           printing throughput (messages/s, MB/s of ciphertext\n"
+"                           and plaintext) and latency P50/P95/P99/max, measured\n"
+"                           with CLOCK_MONOTONIC from submission to result\n"
+"      --concurrency N      requests in flight at once (default 1)\n"
+"      --requests M         requests in total (default 100)\n"
+"      --pipeline K         requests in flight per connection (default 1, so N\n"
+"                           connections); N/K connections are opened\n"
+"      --threads T          client threads driving the connections (default 1)\n"
+"      --json               print the figures as one JSON object\n"
+"\n"
+"  -h, --help               show this help and exit\n"
+"  -V, --version            show the version and exit\n"
+"\n"
+"Exit status (sysexits.h), with the reason on standard error in one line:\n"
+"  0   success: every message decrypted and its integrity verified\n"
+"  64  usage error (EX_USAGE)\n"
+"  65  bad or tampered data: malformed, not OpenPGP, truncated, integrity\n"
+"      failure, unsupported, unprotected (SED), a limit or decompression bomb\n"
+"      (EX_DATAERR)\n"
+"  66  an input FILE cannot be read (EX_NOINPUT)\n"
+"  69  no key held by the daemon can decrypt the message (EX_UNAVAILABLE)\n"
+"  73  the output file cannot be created (EX_CANTCREAT)\n"
+"  74  writing the output failed (EX_IOERR)\n"
+"  75  daemon unreachable, overloaded, shutting down or timed out, or a\n"
+"      protocol error: try again later (EX_TEMPFAIL)\n"
+"  77  access denied by the daemon (EX_NOPERM)\n"
+"  With several FILEs, the status is that of the first one that failed.\n"
+"\n"
+"Environment:\n"
+"  PGPDECD_SOCKET           default Unix socket path\n"
+"\n"
+"The wire protocol is described in PROTOCOL.md; see also pgpdecd(8).\n");
+}
+
+__attribute__((format(printf, 2, 3), noreturn))
+static void die(int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "%s: ", prog);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	exit(code);
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void hex(char *out, const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		sprintf(out + 2 * i, "%02X", p[i]);
+	out[2 * n] = 0;
+}
+
+/* One line, printable: the sentence and literal names come from elsewhere. */
+static void sanitize(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* decrypt */
+
+struct job {
+	const char *name;       /* for messages */
+	int in_fd;
+	int out_fd;
+	char *tmp_path, *final_path;
+	int exit_code;          /* local failure before the request, or the outcome */
+	int write_err;          /* writing the plaintext failed (-errno) */
+	bool done;
+	struct pdc_result res;
+};
+
+static int job_data(void *arg, const uint8_t *p, size_t n)
+{
+	struct job *j = arg;
+	int r = write_all(j->out_fd, p, n);
+	if (r < 0)
+		j->write_err = r;
+	return r;
+}
+
+static void job_done(void *arg, const struct pdc_result *r)
+{
+	struct job *j = arg;
+	j->done = true;
+	j->res = *r;
+}
+
+static void report(const struct job *j)
+{
+	const struct pdc_result *r = &j->res;
+	char s[1100];
+	snprintf(s, sizeof(s), "%s", r->sentence);
+	sanitize(s);
+	if (r->err == 0 && r->status == PDC_OK) {
+		if (!verbose)
+			return;
+		const struct pdc_info *i = &r->info;
+		char fpr[65] = "-", name[256];
+		if (i->key_fpr_len)
+			hex(fpr, i->key_fpr, i->key_fpr_len);
+		snprintf(name, sizeof(name), "%s", i->literal_name);
+		sanitize(name);
+		fprintf(stderr, "%s: %s: OK integrity=%s key=%s pk=%s cipher=%s%s%s in=%" PRIu64 " out=%" PRIu64
+		        " literal=%c:\"%s\"\n", prog, j->name,
+		        r->integrity == PDC_INTEGRITY_MDC ? "MDC" : r->integrity == PDC_INTEGRITY_AEAD ? "AEAD" : "NONE",
+		        fpr, pdc_pk_name(i->pk_algo), pdc_sym_name(i->sym_algo), i->aead_algo ? "/" : "",
+		        i->aead_algo ? pdc_aead_name(i->aead_algo) : "", r->bytes_in, r->bytes_out,
+		        i->literal_format ? i->literal_format : '-', name);
+		return;
+	}
+	if (r->err == 0)
+		fprintf(stderr, "%s: %s: %s: %s\n", prog, j->name, pdc_status_name(r->status), s);
+	else
+		fprintf(stderr, "%s: %s: %s\n", prog, j->name, s);
+}
+
+static char *output_name(const char *dir, const char *in)
+{
+	char *copy = strdup(in);
+	if (!copy)
+		die(EX_OSERR, "out of memory");
+	char *base = basename(copy);
+	size_t n = strlen(base);
+	const char *suffix = ".out";
+	static const char *const strip[] = { ".gpg", ".pgp", ".asc" };
+	for (size_t i = 0; i < 3; i++)
+		if (n > 4 && strcmp(base + n - 4, strip[i]) == 0) {
+			base[n - 4] = 0;
+			suffix = "";
+			break;
+		}
+	char *out;
+	if (asprintf(&out, "%s/%s%s", dir, base, suffix) < 0)
+		die(EX_OSERR, "out of memory");
+	free(copy);
+	return out;
+}
+
+/* Temporary file next to final: renamed into place only on verified success. */
+static int open_tmp(struct job *j)
+{
+	char *copy = strdup(j->final_path);
+	if (!copy)
+		die(EX_OSERR, "out of memory");
+	char *d = dirname(copy);
+	char *b0 = strdup(j->final_path);
+	char *b = basename(b0);
+	if (asprintf(&j->tmp_path, "%s/.%s.pgpdecd-XXXXXX", d, b) < 0)
+		die(EX_OSERR, "out of memory");
+	free(copy);
+	free(b0);
+	int fd = mkostemp(j->tmp_path, O_CLOEXEC);
+	if (fd < 0) {
+		fprintf(stderr, "%s: %s: cannot create a temporary file for %s: %s\n", prog, j->name, j->final_path,
+		        strerror(errno));
+		free(j->tmp_path);
+		j->tmp_path = NULL;
+		return -1;
+	}
+	j->out_fd = fd;
+	return 0;
+}
+
+static int finish_job(struct job *j)
+{
+	int code;
+	if (j->exit_code)
+		return j->exit_code;
+	const struct pdc_result *r = &j->res;
+	if (r->err == 0 && r->status == PDC_OK && r->integrity != PDC_INTEGRITY_MDC && r->integrity != PDC_INTEGRITY_AEAD) {
+		j->res.status = 15;
+		snprintf(j->res.sentence, sizeof(j->res.sentence), "message has no integrity protection");
+	}
+	if (j->write_err) {
+		code = EX_IOERR;
+		snprintf(j->res.sentence, sizeof(j->res.sentence), "writing the plaintext failed: %s", strerror(-j->write_err));
+		j->res.status = 0;
+	} else {
+		code = pdc_exit_code(r);
+	}
+	if (j->tmp_path) {
+		if (code == 0 && fsync(j->out_fd) < 0) {
+			code = EX_IOERR;
+			snprintf(j->res.sentence, sizeof(j->res.sentence), "fsync %s: %s", j->tmp_path, strerror(errno));
+		}
+		if (close(j->out_fd) < 0 && code == 0) {
+			code = EX_IOERR;
+			snprintf(j->res.sentence, sizeof(j->res.sentence), "close %s: %s", j->tmp_path, strerror(errno));
+		}
+		j->out_fd = -1;
+		if (code == 0 && rename(j->tmp_path, j->final_path) < 0) {
+			code = EX_CANTCREAT;
+			snprintf(j->res.sentence, sizeof(j->res.sentence), "rename to %s: %s", j->final_path, strerror(errno));
+		}
+		if (code != 0)
+			unlink(j->tmp_path);
+	}
+	if (code == EX_IOERR || code == EX_CANTCREAT)
+		j->res.err = -EIO; /* reported as a local failure */
+	report(j);
+	return code;
+}
+
+static char *read_password(const char *path, size_t *ret_len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		die(EX_NOINPUT, "cannot open password file %s: %s", path, strerror(errno));
+	char *buf = calloc(1, 1025);
+	if (!buf)
+		die(EX_OSERR, "out of memory");
+	size_t n = 0;
+	for (;;) {
+		ssize_t r = read(fd, buf + n, 1024 - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			die(EX_NOINPUT, "cannot read password file %s: %s", path, strerror(errno));
+		if (r == 0 || (n += (size_t)r) == 1024)
+			break;
+	}
+	close(fd);
+	char *nl = memchr(buf, '\n', n);
+	if (nl)
+		n = (size_t)(nl - buf);
+	else if (n == 1024)
+		die(EX_USAGE, "password in %s is longer than 1024 octets", path);
+	if (n && buf[n - 1] == '\r')
+		n--;
+	*ret_len = n;
+	return buf;
+}
+
+struct opts {
+	struct pdc_config cfg;
+	const char *output;
+	bool verified_only;
+	const char *password_file;
+	long concurrency, requests, pipeline, threads;
+	bool json, bench_opts;
+};
+
+static int connect_or_die(const struct opts *o, struct pdc_conn **ret)
+{
+	struct pdc_result e;
+	int r = pdc_connect(ret, &o->cfg, &e);
+	if (r < 0) {
+		sanitize(e.sentence);
+		fprintf(stderr, "%s: %s\n", prog, e.sentence);
+		exit(pdc_exit_code(&e));
+	}
+	return 0;
+}
+
+static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
+{
+	static char *stdin_name[] = { "-" };
+	if (nfiles == 0) {
+		nfiles = 1;
+		files = stdin_name;
+	}
+	bool to_dir = false;
+	struct stat st;
+	if (o->output && strcmp(o->output, "-") != 0 && stat(o->output, &st) == 0 && S_ISDIR(st.st_mode))
+		to_dir = true;
+	if (o->output && !to_dir && strcmp(o->output, "-") != 0 && nfiles > 1)
+		die(EX_USAGE, "several FILEs need -o DIRECTORY (an existing directory) or standard output");
+	struct job *jobs = calloc((size_t)nfiles, sizeof(*jobs));
+	if (!jobs)
+		die(EX_OSERR, "out of memory");
+	for (int i = 0; i < nfiles; i++) {
+		bool is_stdin = strcmp(files[i], "-") == 0;
+		if (to_dir && is_stdin)
+			die(EX_USAGE, "-o DIRECTORY needs FILE names to name the outputs");
+		jobs[i].name = is_stdin ? "(stdin)" : files[i];
+		jobs[i].out_fd = STDOUT_FILENO;
+		jobs[i].in_fd = -1;
+	}
+	size_t pwlen = 0;
+	char *pw = o->password_file ? read_password(o->password_file, &pwlen) : NULL;
+
+	struct pdc_conn *c;
+	connect_or_die(o, &c);
+	for (int i = 0; i < nfiles; i++) {
+		struct job *j = &jobs[i];
+		if (strcmp(files[i], "-") == 0) {
+			j->in_fd = STDIN_FILENO;
+		} else {
+			j->in_fd = open(files[i], O_RDONLY | O_CLOEXEC);
+			if (j->in_fd < 0) {
+				fprintf(stderr, "%s: %s: cannot open: %s\n", prog, files[i], strerror(errno));
+				j->exit_code = EX_NOINPUT;
+				continue;
+			}
+		}
+		if (to_dir)
+			j->final_path = output_name(o->output, files[i]);
+		else if (o->output && strcmp(o->output, "-") != 0)
+			j->final_path = strdup(o->output);
+		if (j->final_path && open_tmp(j) < 0) {
+			j->exit_code = EX_CANTCREAT;
+			continue;
+		}
+		struct pdc_decrypt d = {
+			.flags = o->verified_only ? PDC_VERIFIED_ONLY : 0,
+			.password = pw, .password_len = pwlen,
+			.in_fd = j->in_fd,
+			.on_data = job_data, .on_done = job_done, .arg = j,
+		};
+		int r = pdc_submit_decrypt(c, &d);
+		if (r < 0) {
+			fprintf(stderr, "%s: %s: %s\n", prog, j->name, strerror(-r));
+			j->exit_code = EX_TEMPFAIL;
+		}
+	}
+	(void)pdc_run(c);
+	pdc_close(c);
+	if (pw) {
+		explicit_bzero(pw, 1025);
+		free(pw);
+	}
+	int code = 0;
+	for (int i = 0; i < nfiles; i++) {
+		struct job *j = &jobs[i];
+		int k = finish_job(j);
+		if (k && !code)
+			code = k;
+		if (j->in_fd > STDIN_FILENO)
+			close(j->in_fd);
+		free(j->tmp_path);
+		free(j->final_path);
+	}
+	free(jobs);
+	return code;
+}
+
+/* ------------------------------------------------------------------ */
+/* ping, stats, keys */
+
+static void simple_done(void *arg, const struct pdc_result *r)
+{
+	*(struct pdc_result *)arg = *r;
+}
+
+static int simple_finish(const struct pdc_result *r)
+{
+	if (r->err == 0 && r->status == PDC_OK)
+		return 0;
+	char s[1100];
+	snprintf(s, sizeof(s), "%s", r->sentence);
+	sanitize(s);
+	fprintf(stderr, "%s: %s%s%s\n", prog, r->err ? "" : pdc_status_name(r->status), r->err ? "" : ": ", s);
+	return pdc_exit_code(r);
+}
+
+static int cmd_ping(const struct opts *o)
+{
+	struct pdc_conn *c;
+	int64_t t0 = now_ns();
+	connect_or_die(o, &c);
+	int64_t t1 = now_ns();
+	struct pdc_result r;
+	if (pdc_submit_ping(c, simple_done, &r) < 0)
+		die(EX_TEMPFAIL, "cannot send PING");
+	pdc_run(c);
+	int64_t t2 = now_ns();
+	const struct pdc_server *s = pdc_server(c);
+	int code = simple_finish(&r);
+	if (code == 0) {
+		char sw[65];
+		snprintf(sw, sizeof(sw), "%s", s->software[0] ? s->software : "pgpdecd");
+		sanitize(sw);
+		printf("pong from %s (protocol %u): round trip %.3f ms, connect+handshake %.3f ms; "
+		       "limits: frame %" PRIu32 ", message %" PRIu64 ", in flight %" PRIu32 "\n",
+		       sw, s->version, (double)(t2 - t1) / 1e6, (double)(t1 - t0) / 1e6, s->max_frame, s->max_message,
+		       s->max_inflight);
+	}
+	pdc_close(c);
+	return code;
+}
+
+static int stats_data(void *arg, const uint8_t *p, size_t n)
+{
+	(void)arg;
+	return write_all(STDOUT_FILENO, p, n);
+}
+
+static int cmd_stats(const struct opts *o)
+{
+	struct pdc_conn *c;
+	connect_or_die(o, &c);
+	struct pdc_result r;
+	if (pdc_submit_stats(c, stats_data, simple_done, &r) < 0)
+		die(EX_TEMPFAIL, "cannot send STATS");
+	pdc_run(c);
+	pdc_close(c);
+	return simple_finish(&r);
+}
+
+static int key_line(void *arg, const struct pdc_key *k)
+{
+	(void)arg;
+	char fpr[65], pfpr[65] = "-", date[32] = "-";
+	hex(fpr, k->fpr, k->fpr_len);
+	if (k->primary_fpr_len)
+		hex(pfpr, k->primary_fpr, k->primary_fpr_len);
+	time_t t = (time_t)k->created;
+	struct tm tm;
+	if (gmtime_r(&t, &tm))
+		strftime(date, sizeof(date), "%Y-%m-%d", &tm);
+	char curve[24];
+	snprintf(curve, sizeof(curve), "%s", k->curve);
+	sanitize(curve);
+	printf("%s v%u %s%s%s %u bits created %s primary %s\n", fpr, k->version, pdc_pk_name(k->pk_algo),
+	       curve[0] ? "/" : "", curve, k->bits, date, pfpr);
+	return 0;
+}
+
+static int cmd_keys(const struct opts *o)
+{
+	struct pdc_conn *c;
+	connect_or_die(o, &c);
+	struct pdc_result r;
+	if (pdc_submit_keys(c, key_line, simple_done, &r) < 0)
+		die(EX_TEMPFAIL, "cannot send KEYS");
+	pdc_run(c);
+	pdc_close(c);
+	return simple_finish(&r);
+}
+
+/* ------------------------------------------------------------------ */
+/* bench */
+
+struct bench;
+
+struct slot {
+	struct bench *b;
+	struct pdc_conn *c;
+	int64_t t0;
+	uint64_t out;
+};
+
+struct bench {
+	const struct opts *o;
+	uint8_t **data;
+	size_t *len;
+	int nfiles;
+	long total;
+	atomic_long next;         /* requests handed out */
+	atomic_long ok, failed;
+	atomic_ullong bytes_in, bytes_out;
+	double *lat_ms;           /* per completed request */
+	atomic_long n_lat;
+	atomic_int first_fail_code;
+	char first_fail[1100];
+	pthread_mutex_t fail_lock;
+	struct pdc_conn **conns;
+	long n_conns;
+};
+
+static int bench_data(void *arg, const uint8_t *p, size_t n)
+{
+	(void)p;
+	((struct slot *)arg)->out += n;
+	return 0;
+}
+
+static void bench_done(void *arg, const struct pdc_result *r);
+
+static void bench_submit(struct slot *s)
+{
+	struct bench *b = s->b;
+	long i = atomic_fetch_add(&b->next, 1);
+	if (i >= b->total)
+		return;
+	int f = (int)(i % b->nfiles);
+	struct pdc_decrypt d = {
+		.flags = b->o->verified_only ? PDC_VERIFIED_ONLY : 0,
+		.in_fd = -1, .in_buf = b->data[f], .in_len = b->len[f],
+		.on_data = bench_data, .on_done = bench_done, .arg = s,
+	};
+	s->out = 0;
+	s->t0 = now_ns();
+	int r = pdc_submit_decrypt(s->c, &d);
+	if (r < 0) {
+		/* The connection is gone: this request fails and the slot stops (no
+		 * recursion through bench_done); live connections take the rest. */
+		atomic_fetch_add(&b->failed, 1);
+		int expect = 0;
+		atomic_compare_exchange_strong(&b->first_fail_code, &expect, EX_TEMPFAIL);
+	}
+}
+
+static void bench_done(void *arg, const struct pdc_result *r)
+{
+	struct slot *s = arg;
+	struct bench *b = s->b;
+	double ms = (double)(now_ns() - s->t0) / 1e6;
+	long k = atomic_fetch_add(&b->n_lat, 1);
+	if (k < b->total)
+		b->lat_ms[k] = ms;
+	if (r->err == 0 && r->status == PDC_OK) {
+		atomic_fetch_add(&b->ok, 1);
+		atomic_fetch_add(&b->bytes_in, r->bytes_in);
+		atomic_fetch_add(&b->bytes_out, s->out);
+	} else {
+		atomic_fetch_add(&b->failed, 1);
+		int expect = 0;
+		if (atomic_compare_exchange_strong(&b->first_fail_code, &expect, pdc_exit_code(r) ? pdc_exit_code(r) : 75)) {
+			pthread_mutex_lock(&b->fail_lock);
+			snprintf(b->first_fail, sizeof(b->first_fail), "%s%s%s", r->err ? "" : pdc_status_name(r->status),
+			         r->err ? "" : ": ", r->sentence);
+			pthread_mutex_unlock(&b->fail_lock);
+		}
+	}
+	/* A dead connection cannot take more: its share is counted as failed by submit. */
+	bench_submit(s);
+}
+
+struct bench_thread {
+	struct bench *b;
+	long first, count;       /* connections driven by this thread */
+	struct slot *slots;
+};
+
+static void *bench_thread(void *arg)
+{
+	struct bench_thread *t = arg;
+	struct bench *b = t->b;
+	long per = b->o->pipeline;
+	for (long i = 0; i < t->count * per; i++)
+		bench_submit(&t->slots[i]);
+	struct pollfd *pfd = calloc((size_t)t->count, sizeof(*pfd));
+	long *idx = calloc((size_t)t->count, sizeof(*idx));
+	if (!pfd || !idx)
+		die(EX_OSERR, "out of memory");
+	for (;;) {
+		nfds_t n = 0;
+		for (long i = 0; i < t->count; i++) {
+			struct pdc_conn *c = b->conns[t->first + i];
+			if (pdc_pending(c) == 0)
+				continue;
+			pfd[n].fd = pdc_fd(c);
+			pfd[n].events = pdc_events(c);
+			pfd[n].revents = 0;
+			idx[n++] = t->first + i;
+		}
+		if (n == 0)
+			break;
+		int r = poll(pfd, n, b->o->cfg.timeout_ms > 0 ? b->o->cfg.timeout_ms : -1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		for (nfds_t i = 0; i < n; i++) {
+			/* Timeout: fail every connection that still waits (poll returned 0). */
+			if (r == 0) {
+				pdc_close(b->conns[idx[i]]);
+				b->conns[idx[i]] = NULL;
+				continue;
+			}
+			if (pfd[i].revents)
+				(void)pdc_process(b->conns[idx[i]], pfd[i].revents);
+		}
+		if (r == 0)
+			break;
+	}
+	free(pfd);
+	free(idx);
+	return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double pct(const double *v, long n, double p)
+{
+	if (n == 0)
+		return 0;
+	long k = (long)ceil(p * (double)n) - 1; /* nearest rank */
+	if (k < 0) k = 0;
+	if (k >= n) k = n - 1;
+	return v[k];
+}
+
+static void load_file(const char *path, uint8_t **ret, size_t *ret_len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0)
+		die(EX_NOINPUT, "%s: cannot open: %s", path, strerror(errno));
+	if (!S_ISREG(st.st_mode) || st.st_size > (1 << 30))
+		die(EX_USAGE, "%s: bench needs regular files of at most 1 GiB", path);
+	uint8_t *p = malloc((size_t)st.st_size + 1);
+	if (!p)
+		die(EX_OSERR, "out of memory");
+	size_t n = 0;
+	while (n < (size_t)st.st_size) {
+		ssize_t r = read(fd, p + n, (size_t)st.st_size - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			die(EX_NOINPUT, "%s: read failed", path);
+		n += (size_t)r;
+	}
+	close(fd);
+	*ret = p;
+	*ret_len = n;
+}
+
+static int cmd_bench(const struct opts *o, int nfiles, char **files)
+{
+	if (nfiles == 0)
+		die(EX_USAGE, "bench needs at least one FILE");
+	if (o->concurrency < 1 || o->requests < 1 || o->pipeline < 1 || o->threads < 1)
+		die(EX_USAGE, "bench: --concurrency, --requests, --pipeline and --threads must be positive");
+	struct bench b = { .o = o, .nfiles = nfiles, .total = o->requests };
+	pthread_mutex_init(&b.fail_lock, NULL);
+	b.data = calloc((size_t)nfiles, sizeof(*b.data));
+	b.len = calloc((size_t)nfiles, sizeof(*b.len));
+	b.lat_ms = calloc((size_t)o->requests, sizeof(double));
+	if (!b.data || !b.len || !b.lat_ms)
+		die(EX_OSERR, "out of memory");
+	for (int i = 0; i < nfiles; i++)
+		load_file(files[i], &b.data[i], &b.len[i]);
+	struct opts oo = *o;
+	oo.pipeline = o->pipeline > o->concurrency ? o->concurrency : o->pipeline;
+	b.o = &oo;
+	b.n_conns = (o->concurrency + oo.pipeline - 1) / oo.pipeline;
+	long per = oo.pipeline;
+	b.conns = calloc((size_t)b.n_conns, sizeof(*b.conns));
+	struct slot *slots = calloc((size_t)(b.n_conns * per), sizeof(*slots));
+	if (!b.conns || !slots)
+		die(EX_OSERR, "out of memory");
+	for (long i = 0; i < b.n_conns; i++) {
+		connect_or_die(&oo, &b.conns[i]);
+		for (long k = 0; k < per; k++)
+			slots[i * per + k] = (struct slot){ .b = &b, .c = b.conns[i] };
+	}
+	long nt = o->threads > b.n_conns ? b.n_conns : o->threads;
+	pthread_t *th = calloc((size_t)nt, sizeof(*th));
+	struct bench_thread *bt = calloc((size_t)nt, sizeof(*bt));
+	if (!th || !bt)
+		die(EX_OSERR, "out of memory");
+	int64_t t0 = now_ns();
+	long first = 0;
+	for (long i = 0; i < nt; i++) {
+		long cnt = b.n_conns / nt + (i < b.n_conns % nt);
+		bt[i] = (struct bench_thread){ .b = &b, .first = first, .count = cnt, .slots = slots + first * per };
+		first += cnt;
+		if (pthread_create(&th[i], NULL, bench_thread, &bt[i]) != 0)
+			die(EX_OSERR, "cannot create a thread");
+	}
+	for (long i = 0; i < nt; i++)
+		pthread_join(th[i], NULL);
+	int64_t t1 = now_ns();
+	for (long i = 0; i < b.n_conns; i++)
+		pdc_close(b.conns[i]);
+
+	long n = atomic_load(&b.n_lat);
+	if (n > b.total)
+		n = b.total;
+	long ok = atomic_load(&b.ok), failed = atomic_load(&b.failed);
+	long lost = b.total - ok - failed; /* never answered (timeout) */
+	qsort(b.lat_ms, (size_t)n, sizeof(double), cmp_double);
+	double secs = (double)(t1 - t0) / 1e9, mean = 0;
+	for (long i = 0; i < n; i++)
+		mean += b.lat_ms[i];
+	mean = n ? mean / (double)n : 0;
+	double mps = (double)ok / secs;
+	double mb_in = (double)atomic_load(&b.bytes_in) / 1e6 / secs, mb_out = (double)atomic_load(&b.bytes_out) / 1e6 / secs;
+	if (o->json) {
+		printf("{\"requests\":%ld,\"ok\":%ld,\"failed\":%ld,\"concurrency\":%ld,\"connections\":%ld,"
+		       "\"pipeline\":%ld,\"threads\":%ld,\"elapsed_s\":%.6f,\"msgs_per_s\":%.2f,"
+		       "\"mb_per_s_in\":%.4f,\"mb_per_s_out\":%.4f,\"latency_ms\":{\"p50\":%.3f,\"p95\":%.3f,"
+		       "\"p99\":%.3f,\"max\":%.3f,\"mean\":%.3f}}\n",
+		       b.total, ok, failed + lost, o->concurrency, b.n_conns, per, nt, secs, mps, mb_in, mb_out,
+		       pct(b.lat_ms, n, 0.50), pct(b.lat_ms, n, 0.95), pct(b.lat_ms, n, 0.99), n ? b.lat_ms[n - 1] : 0, mean);
+	} else {
+		printf("requests %ld: ok %ld, failed %ld; concurrency %ld (%ld connections x %ld in flight, %ld threads)\n",
+		       b.total, ok, failed + lost, o->concurrency, b.n_conns, per, nt);
+		printf("elapsed %.3f s; throughput %.1f msg/s, %.3f MB/s ciphertext, %.3f MB/s plaintext\n", secs, mps,
+		       mb_in, mb_out);
+		printf("latency ms: p50 %.3f  p95 %.3f  p99 %.3f  max %.3f  mean %.3f\n", pct(b.lat_ms, n, 0.50),
+		       pct(b.lat_ms, n, 0.95), pct(b.lat_ms, n, 0.99), n ? b.lat_ms[n - 1] : 0, mean);
+	}
+	int code = 0;
+	if (failed + lost) {
+		code = atomic_load(&b.first_fail_code);
+		if (!code)
+			code = EX_TEMPFAIL;
+		sanitize(b.first_fail);
+		fprintf(stderr, "%s: bench: %ld of %ld requests failed; first: %s\n", prog, failed + lost, b.total,
+		        b.first_fail[0] ? b.first_fail : "no reply (timeout)");
+	}
+	for (int i = 0; i < nfiles; i++)
+		free(b.data[i]);
+	free(b.data);
+	free(b.len);
+	free(b.lat_ms);
+	free(b.conns);
+	free(slots);
+	free(th);
+	free(bt);
+	pthread_mutex_destroy(&b.fail_lock);
+	return code;
+}
+
+/* ------------------------------------------------------------------ */
+
+static long num(const char *opt, const char *s, long min, long max)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || !*s || *end || v < min || v > max)
+		die(EX_USAGE, "%s: not a number in %ld..%ld: %s", opt, min, max, s);
+	return v;
+}
+
+enum {
+	O_TLS_CA = 256, O_TLS_CERT, O_TLS_KEY, O_TLS_NAME, O_TLS_PIN, O_NO_TLS, O_VERIFIED, O_PWFILE,
+	O_CONC, O_REQS, O_PIPE, O_THREADS, O_JSON,
+};
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "connect", required_argument, NULL, 'c' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "tls-ca", required_argument, NULL, O_TLS_CA },
+		{ "tls-cert", required_argument, NULL, O_TLS_CERT },
+		{ "tls-key", required_argument, NULL, O_TLS_KEY },
+		{ "tls-server-name", required_argument, NULL, O_TLS_NAME },
+		{ "tls-pin", required_argument, NULL, O_TLS_PIN },
+		{ "no-tls", no_argument, NULL, O_NO_TLS },
+		{ "verified-only", no_argument, NULL, O_VERIFIED },
+		{ "password-file", required_argument, NULL, O_PWFILE },
+		{ "concurrency", required_argument, NULL, O_CONC },
+		{ "requests", required_argument, NULL, O_REQS },
+		{ "pipeline", required_argument, NULL, O_PIPE },
+		{ "threads", required_argument, NULL, O_THREADS },
+		{ "json", no_argument, NULL, O_JSON },
+		{ 0 },
+	};
+	struct opts o = { .concurrency = 1, .requests = 100, .pipeline = 1, .threads = 1 };
+	o.cfg.software = "pgpdecd-client/" PD_VERSION;
+	long timeout_s = 60;
+	char *hostport = NULL, *hp = NULL;
+	bool tls_opt = false;
+	int ch;
+	while ((ch = getopt_long(argc, argv, "s:c:o:t:vhV", lo, NULL)) != -1) {
+		switch (ch) {
+		case 's': o.cfg.socket_path = optarg; break;
+		case 'c': hostport = optarg; break;
+		case 'o': o.output = optarg; break;
+		case 't': timeout_s = num("--timeout", optarg, 0, 86400); break;
+		case 'v': verbose = 1; break;
+		case 'h': usage_text(stdout); return 0;
+		case 'V': printf("pgpdecd-client %s (protocol 1)\n", PD_VERSION); return 0;
+		case O_TLS_CA: o.cfg.tls_ca = optarg; tls_opt = true; break;
+		case O_TLS_CERT: o.cfg.tls_cert = optarg; tls_opt = true; break;
+		case O_TLS_KEY: o.cfg.tls_key = optarg; tls_opt = true; break;
+		case O_TLS_NAME: o.cfg.tls_server_name = optarg; tls_opt = true; break;
+		case O_TLS_PIN: o.cfg.tls_pin = optarg; tls_opt = true; break;
+		case O_NO_TLS: o.cfg.no_tls = true; break;
+		case O_VERIFIED: o.verified_only = true; break;
+		case O_PWFILE: o.password_file = optarg; break;
+		case O_CONC: o.concurrency = num("--concurrency", optarg, 1, 100000); o.bench_opts = true; break;
+		case O_REQS: o.requests = num("--requests", optarg, 1, 100000000); o.bench_opts = true; break;
+		case O_PIPE: o.pipeline = num("--pipeline", optarg, 1, 100000); o.bench_opts = true; break;
+		case O_THREADS: o.threads = num("--threads", optarg, 1, 1024); o.bench_opts = true; break;
+		case O_JSON: o.json = true; o.bench_opts = true; break;
+		default:
+			fprintf(stderr, "Try '%s --help' for more information.\n", prog);
+			return EX_USAGE;
+		}
+	}
+	o.cfg.timeout_ms = timeout_s == 0 ? -1 : (int)(timeout_s * 1000);
+	if (hostport && o.cfg.socket_path)
+		die(EX_USAGE, "--socket and --connect exclude each other");
+	if (hostport) {
+		char *colon;
+		hp = strdup(hostport);
+		if (!hp)
+			die(EX_OSERR, "out of memory");
+		if (hp[0] == '[') {
+			char *end = strchr(hp, ']');
+			if (!end || end[1] != ':')
+				die(EX_USAGE, "--connect: expected [ADDRESS]:PORT, got %s", hostport);
+			*end = 0;
+			o.cfg.host = hp + 1;
+			o.cfg.port = end + 2;
+		} else {
+			colon = strrchr(hp, ':');
+			if (!colon || colon == hp || !colon[1])
+				die(EX_USAGE, "--connect: expected HOST:PORT, got %s", hostport);
+			*colon = 0;
+			o.cfg.host = hp;
+			o.cfg.port = colon + 1;
+		}
+		if (o.cfg.no_tls && tls_opt)
+			die(EX_USAGE, "--no-tls excludes the --tls-* options");
+	} else if (tls_opt || o.cfg.no_tls) {
+		die(EX_USAGE, "--tls-* and --no-tls need --connect HOST:PORT");
+	}
+	if (!!o.cfg.tls_cert != !!o.cfg.tls_key)
+		die(EX_USAGE, "--tls-cert and --tls-key go together");
+
+	int nargs = argc - optind;
+	char **args = argv + optind;
+	const char *cmd = nargs > 0 ? args[0] : "";
+	bool is_bench = strcmp(cmd, "bench") == 0;
+	int code;
+	if (o.bench_opts && !is_bench)
+		die(EX_USAGE, "--concurrency, --requests, --pipeline, --threads and --json belong to bench");
+	if (strcmp(cmd, "ping") == 0 || strcmp(cmd, "stats") == 0 || strcmp(cmd, "keys") == 0) {
+		if (nargs != 1)
+			die(EX_USAGE, "%s takes no arguments", cmd);
+		if (o.output || o.verified_only || o.password_file)
+			die(EX_USAGE, "-o, --verified-only and --password-file are for decryption");
+		code = cmd[0] == 'p' ? cmd_ping(&o) : cmd[0] == 's' ? cmd_stats(&o) : cmd_keys(&o);
+	} else if (is_bench) {
+		if (o.output)
+			die(EX_USAGE, "bench discards the plaintext: -o makes no sense");
+		code = cmd_bench(&o, nargs - 1, args + 1);
+	} else {
+		code = cmd_decrypt(&o, nargs, args);
+	}
+	free(hp);
+	return code;
+}

@@ -1,0 +1,1143 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libpdclient: connection, TLS, request queue and the send/receive state
+ * machine.  One non-blocking socket per connection; pdc_run() is a poll()
+ * loop around pdc_process(), so that sending a large message never stops
+ * us reading the plaintext the server streams back (PROTOCOL.md section 10:
+ * a client that does not read while it writes can deadlock).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <strings.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <gnutls/gnutls.h>
+#include <gnutls/crypto.h>
+#include <gnutls/x509.h>
+
+#include "pd-config.h"
+#include "frame.h"
+#include "pdclient.h"
+#include "status.h"
+
+#define RBUF_SIZE (64u << 10)
+#define CHUNK_MAX (64u << 10)  /* ciphertext per DATA frame (also capped by max_frame) */
+
+enum send_state { S_QUEUED, S_SENDING, S_SENT };
+
+struct req {
+	struct req *next;
+	uint8_t type;               /* PD_FT_DECRYPT, PING, STATS, KEYS */
+	uint32_t id;
+	enum send_state st;
+	bool answered;              /* terminal frame received */
+	bool begun_data;            /* a DATA frame arrived (METADATA must come before) */
+	int local_err;              /* input or sink failure */
+	struct pdc_decrypt d;
+	char *password;             /* our copy, wiped on free */
+	size_t in_off;
+	int (*on_key)(void *, const struct pdc_key *);
+	struct pdc_result res;
+};
+
+struct pdc_conn {
+	int fd;
+	gnutls_session_t tls;
+	gnutls_certificate_credentials_t cred;
+	char *verify_name;
+	uint8_t pin[32];
+	bool has_pin, has_ca;
+	char tls_detail[256];
+	struct pd_frame_decoder *dec;
+	struct pdc_server server;
+	int timeout_ms;
+	uint8_t *out;               /* frames being written */
+	size_t out_cap, out_len, out_off;
+	uint8_t *rbuf;
+	struct req *head, *tail;    /* every request not yet done, in order */
+	uint32_t next_id;
+	uint32_t n_outstanding;     /* begun and not answered */
+	size_t n_pending;
+	int dead;                   /* error that ended the connection, or 0 */
+	unsigned dead_status;
+	char dead_sentence[PD_SENTENCE_MAX + 1];
+};
+
+/* ------------------------------------------------------------------ */
+/* small helpers */
+
+__attribute__((format(printf, 4, 5)))
+static int set_err(struct pdc_result *r, int err, unsigned status, const char *fmt, ...)
+{
+	if (r) {
+		memset(r, 0, sizeof(*r));
+		r->err = err;
+		r->status = status;
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(r->sentence, sizeof(r->sentence), fmt, ap);
+		va_end(ap);
+	}
+	return err;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void copy_info(struct pdc_info *o, const struct pd_msginfo *m)
+{
+	memset(o, 0, sizeof(*o));
+	o->armored = m->armored;
+	o->container = m->container;
+	o->container_version = m->container_version;
+	o->sym_algo = m->sym_algo;
+	o->aead_algo = m->aead_algo;
+	o->aead_chunk_log = m->aead_chunk_log;
+	o->pk_algo = m->pk_algo;
+	o->key_fpr_len = m->key_fpr_len;
+	memcpy(o->key_fpr, m->key_fpr, sizeof(o->key_fpr));
+	o->n_compression = m->n_compression;
+	memcpy(o->compression, m->compression, sizeof(o->compression));
+	o->has_literal = m->has_literal;
+	o->literal_format = m->literal_format;
+	o->literal_name_len = m->literal_name_len;
+	memcpy(o->literal_name, m->literal_name, sizeof(o->literal_name));
+	o->literal_date = m->literal_date;
+	o->n_recipients = (uint32_t)(m->n_recipients > 64 ? 64 : m->n_recipients);
+	o->n_recipients_total = (uint32_t)m->n_recipients_total;
+	for (uint32_t i = 0; i < o->n_recipients; i++) {
+		const struct pd_recipient *r = &m->recipients[i];
+		o->recipients[i].version = r->version;
+		o->recipients[i].pk_algo = r->pk_algo;
+		o->recipients[i].wildcard = r->wildcard;
+		memcpy(o->recipients[i].keyid, r->keyid, 8);
+		o->recipients[i].fpr_len = r->fpr_len;
+		memcpy(o->recipients[i].fpr, r->fpr, 32);
+	}
+	o->n_skesk = (uint32_t)m->n_skesk;
+	o->n_issuers = (uint32_t)(m->n_issuers > 16 ? 16 : m->n_issuers);
+	memcpy(o->issuers, m->issuers, 8 * (size_t)o->n_issuers);
+	o->n_signatures = (uint32_t)m->n_signatures;
+}
+
+/* ------------------------------------------------------------------ */
+/* transport */
+
+static ssize_t tls_push(gnutls_transport_ptr_t p, const void *buf, size_t len)
+{
+	/* Our own push so that a vanished server gives EPIPE, not SIGPIPE. */
+	return send((int)(intptr_t)p, buf, len, MSG_NOSIGNAL);
+}
+
+static ssize_t tls_pull(gnutls_transport_ptr_t p, void *buf, size_t len)
+{
+	return recv((int)(intptr_t)p, buf, len, 0);
+}
+
+/* >0 bytes, -EAGAIN, or another negative error. */
+static ssize_t xsend(struct pdc_conn *c, const uint8_t *p, size_t len)
+{
+	if (c->tls) {
+		ssize_t n = gnutls_record_send(c->tls, p, len);
+		if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
+			return -EAGAIN;
+		return n < 0 ? -EPIPE : n;
+	}
+	for (;;) {
+		ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+		if (n >= 0)
+			return n;
+		if (errno == EINTR)
+			continue;
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	}
+}
+
+/* >0 bytes, 0 at EOF, -EAGAIN, or another negative error. */
+static ssize_t xrecv(struct pdc_conn *c, uint8_t *p, size_t len)
+{
+	if (c->tls) {
+		ssize_t n = gnutls_record_recv(c->tls, p, len);
+		if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
+			return -EAGAIN;
+		if (n == GNUTLS_E_PREMATURE_TERMINATION)
+			return 0;
+		if (n < 0) {
+			snprintf(c->tls_detail, sizeof(c->tls_detail), "TLS: %s", n == GNUTLS_E_FATAL_ALERT_RECEIVED
+			         ? gnutls_alert_get_name(gnutls_alert_get(c->tls)) : gnutls_strerror((int)n));
+			return -ECONNRESET;
+		}
+		return n;
+	}
+	for (;;) {
+		ssize_t n = recv(c->fd, p, len, 0);
+		if (n >= 0)
+			return n;
+		if (errno == EINTR)
+			continue;
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	}
+}
+
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+	for (;;) {
+		int t = -1;
+		if (deadline >= 0) {
+			int64_t left = deadline - now_ms();
+			if (left <= 0)
+				return -ETIMEDOUT;
+			t = (int)(left > 1000000 ? 1000000 : left);
+		}
+		struct pollfd pfd = { .fd = fd, .events = events };
+		int r = poll(&pfd, 1, t);
+		if (r > 0)
+			return 0;
+		if (r == 0)
+			continue; /* loop re-checks the deadline */
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+static int connect_unix(const char *path, int64_t deadline, struct pdc_result *e)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return set_err(e, -ENAMETOOLONG, 0, "socket path too long: %s", path);
+	strcpy(sa.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return set_err(e, -errno, 0, "socket: %s", strerror(errno));
+	(void)deadline; /* a Unix connect does not wait on the network */
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int err = -errno;
+		close(fd);
+		return set_err(e, err, err == -EACCES || err == -EPERM ? PD_ST_ACCESS_DENIED : 0,
+		               "cannot connect to %s: %s", path, strerror(-err));
+	}
+	return fd;
+}
+
+static int connect_tcp(const char *host, const char *port, int64_t deadline, struct pdc_result *e)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_ADDRCONFIG }, *ai = NULL;
+	int g = getaddrinfo(host, port, &hints, &ai);
+	if (g != 0)
+		return set_err(e, -EHOSTUNREACH, 0, "cannot resolve %s:%s: %s", host, port, gai_strerror(g));
+	int err = -EHOSTUNREACH;
+	for (struct addrinfo *a = ai; a; a = a->ai_next) {
+		int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+		if (fd < 0) {
+			err = -errno;
+			continue;
+		}
+		if (connect(fd, a->ai_addr, a->ai_addrlen) < 0 && errno != EINPROGRESS) {
+			err = -errno;
+			close(fd);
+			continue;
+		}
+		int r = wait_fd(fd, POLLOUT, deadline);
+		int soerr = 0;
+		socklen_t sl = sizeof(soerr);
+		if (r == 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0) {
+			int one = 1;
+			(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+			freeaddrinfo(ai);
+			return fd;
+		}
+		err = r < 0 ? r : -(soerr ? soerr : EHOSTUNREACH);
+		close(fd);
+	}
+	freeaddrinfo(ai);
+	return set_err(e, err, 0, "cannot connect to %s:%s: %s", host, port, strerror(-err));
+}
+
+static int parse_pin(const char *s, uint8_t out[32])
+{
+	if (strncasecmp(s, "sha256:", 7) == 0)
+		s += 7;
+	size_t n = 0;
+	for (; *s; s++) {
+		if (*s == ':' || *s == ' ')
+			continue;
+		int v;
+		if (*s >= '0' && *s <= '9') v = *s - '0';
+		else if (*s >= 'a' && *s <= 'f') v = *s - 'a' + 10;
+		else if (*s >= 'A' && *s <= 'F') v = *s - 'A' + 10;
+		else return -EINVAL;
+		if (n >= 64)
+			return -EINVAL;
+		if (n % 2 == 0) out[n / 2] = (uint8_t)(v << 4);
+		else out[n / 2] |= (uint8_t)v;
+		n++;
+	}
+	return n == 64 ? 0 : -EINVAL;
+}
+
+static int verify_cb(gnutls_session_t s)
+{
+	struct pdc_conn *c = gnutls_session_get_ptr(s);
+	if (c->has_ca || !c->has_pin) {
+		unsigned status = 0;
+		int r = gnutls_certificate_verify_peers3(s, c->verify_name, &status);
+		if (r < 0 || status != 0) {
+			gnutls_datum_t txt = { 0 };
+			if (r >= 0 && gnutls_certificate_verification_status_print(status, GNUTLS_CRT_X509, &txt, 0) >= 0) {
+				snprintf(c->tls_detail, sizeof(c->tls_detail), "server certificate not trusted: %s", txt.data);
+				gnutls_free(txt.data);
+			} else {
+				snprintf(c->tls_detail, sizeof(c->tls_detail), "server certificate not verified: %s",
+				         gnutls_strerror(r));
+			}
+			return GNUTLS_E_CERTIFICATE_ERROR;
+		}
+	}
+	if (c->has_pin) {
+		unsigned n = 0;
+		const gnutls_datum_t *certs = gnutls_certificate_get_peers(s, &n);
+		uint8_t dg[32];
+		if (!certs || n == 0 || gnutls_hash_fast(GNUTLS_DIG_SHA256, certs[0].data, certs[0].size, dg) < 0) {
+			snprintf(c->tls_detail, sizeof(c->tls_detail), "server sent no certificate");
+			return GNUTLS_E_CERTIFICATE_ERROR;
+		}
+		if (memcmp(dg, c->pin, 32) != 0) {
+			char hex[65];
+			for (int i = 0; i < 32; i++)
+				snprintf(hex + 2 * i, 3, "%02X", dg[i]);
+			snprintf(c->tls_detail, sizeof(c->tls_detail),
+			         "server certificate SHA-256 fingerprint %s does not match the pinned one", hex);
+			return GNUTLS_E_CERTIFICATE_ERROR;
+		}
+	}
+	return 0;
+}
+
+static int is_ip_literal(const char *h)
+{
+	struct in6_addr a6;
+	return inet_pton(AF_INET, h, &a6) == 1 || inet_pton(AF_INET6, h, &a6) == 1;
+}
+
+static int tls_start(struct pdc_conn *c, const struct pdc_config *cfg, int64_t deadline, struct pdc_result *e)
+{
+	int r;
+	if ((r = gnutls_certificate_allocate_credentials(&c->cred)) < 0)
+		return set_err(e, -ENOMEM, 0, "TLS: %s", gnutls_strerror(r));
+	if (cfg->tls_pin) {
+		if (parse_pin(cfg->tls_pin, c->pin) < 0)
+			return set_err(e, -EINVAL, 0, "TLS pin is not a SHA-256 fingerprint (64 hex digits): %s", cfg->tls_pin);
+		c->has_pin = true;
+	}
+	if (cfg->tls_ca) {
+		r = gnutls_certificate_set_x509_trust_file(c->cred, cfg->tls_ca, GNUTLS_X509_FMT_PEM);
+		if (r <= 0)
+			return set_err(e, -EINVAL, 0, "TLS: cannot load CA file %s: %s", cfg->tls_ca,
+			               r == 0 ? "no certificate in it" : gnutls_strerror(r));
+		c->has_ca = true;
+	} else if (!c->has_pin) {
+		r = gnutls_certificate_set_x509_system_trust(c->cred);
+		if (r <= 0)
+			return set_err(e, -EINVAL, 0, "TLS: no CA given (--tls-ca) and no system CAs");
+	}
+	if (cfg->tls_cert || cfg->tls_key) {
+		if (!cfg->tls_cert || !cfg->tls_key)
+			return set_err(e, -EINVAL, 0, "TLS: a client certificate needs both a certificate and a key file");
+		r = gnutls_certificate_set_x509_key_file(c->cred, cfg->tls_cert, cfg->tls_key, GNUTLS_X509_FMT_PEM);
+		if (r < 0)
+			return set_err(e, -EINVAL, 0, "TLS: cannot load client certificate %s / key %s: %s",
+			               cfg->tls_cert, cfg->tls_key, gnutls_strerror(r));
+	}
+	gnutls_certificate_set_verify_function(c->cred, verify_cb);
+	const char *name = cfg->tls_server_name ? cfg->tls_server_name : cfg->host;
+	c->verify_name = strdup(name);
+	if (!c->verify_name)
+		return set_err(e, -ENOMEM, 0, "out of memory");
+	if ((r = gnutls_init(&c->tls, GNUTLS_CLIENT | GNUTLS_NONBLOCK)) < 0)
+		return set_err(e, -ENOMEM, 0, "TLS: %s", gnutls_strerror(r));
+	gnutls_session_set_ptr(c->tls, c);
+	if ((r = gnutls_set_default_priority(c->tls)) < 0 ||
+	    (r = gnutls_credentials_set(c->tls, GNUTLS_CRD_CERTIFICATE, c->cred)) < 0)
+		return set_err(e, -EINVAL, 0, "TLS: %s", gnutls_strerror(r));
+	if (!is_ip_literal(name))
+		(void)gnutls_server_name_set(c->tls, GNUTLS_NAME_DNS, name, strlen(name));
+	gnutls_transport_set_ptr(c->tls, (gnutls_transport_ptr_t)(intptr_t)c->fd);
+	gnutls_transport_set_push_function(c->tls, tls_push);
+	gnutls_transport_set_pull_function(c->tls, tls_pull);
+	for (;;) {
+		r = gnutls_handshake(c->tls);
+		if (r == 0)
+			return 0;
+		if (r != GNUTLS_E_AGAIN && r != GNUTLS_E_INTERRUPTED)
+			break;
+		int w = wait_fd(c->fd, gnutls_record_get_direction(c->tls) ? POLLOUT : POLLIN, deadline);
+		if (w < 0)
+			return set_err(e, w, w == -ETIMEDOUT ? PD_ST_TIMEOUT : 0, "TLS handshake with %s: %s", name,
+			               w == -ETIMEDOUT ? "timed out" : strerror(-w));
+	}
+	/* Not EACCES: an untrusted server is a configuration problem to retry after fixing. */
+	if (c->tls_detail[0])
+		return set_err(e, -EKEYREJECTED, 0, "TLS handshake with %s: %s", name, c->tls_detail);
+	if (r == GNUTLS_E_FATAL_ALERT_RECEIVED)
+		return set_err(e, -ECONNREFUSED, 0, "TLS handshake with %s: the server refused it (%s)", name,
+		               gnutls_alert_get_name(gnutls_alert_get(c->tls)));
+	return set_err(e, -ECONNREFUSED, 0, "TLS handshake with %s failed: %s", name, gnutls_strerror(r));
+}
+
+/* ------------------------------------------------------------------ */
+/* requests */
+
+static void req_free(struct req *r)
+{
+	if (r->password) {
+		explicit_bzero(r->password, r->d.password_len);
+		free(r->password);
+	}
+	explicit_bzero(&r->res.info, sizeof(r->res.info));
+	free(r);
+}
+
+/* Unlink the head and call its on_done: the only place on_done is called. */
+static void complete_head(struct pdc_conn *c)
+{
+	struct req *r = c->head;
+	c->head = r->next;
+	if (!c->head)
+		c->tail = NULL;
+	c->n_pending--;
+	if (r->local_err && !r->res.err) {
+		r->res.err = r->local_err;
+		if (!r->res.sentence[0] || r->res.status == PD_ST_OK)
+			snprintf(r->res.sentence, sizeof(r->res.sentence), "local: %s", strerror(-r->local_err));
+	}
+	if (r->d.on_done)
+		r->d.on_done(r->d.arg, &r->res);
+	req_free(r);
+}
+
+static void complete_ready(struct pdc_conn *c)
+{
+	while (c->head && c->head->answered && c->head->st == S_SENT)
+		complete_head(c);
+}
+
+/* The connection is over: every request not done gets this outcome. */
+static int conn_fail(struct pdc_conn *c, int err, unsigned status, const char *sentence)
+{
+	if (!c->dead) {
+		c->dead = err;
+		c->dead_status = status;
+		snprintf(c->dead_sentence, sizeof(c->dead_sentence), "%s", sentence);
+	}
+	while (c->head) {
+		struct req *r = c->head;
+		if (!r->answered) {
+			memset(&r->res, 0, sizeof(r->res));
+			/* An ERROR frame from the server is a server outcome (err 0). */
+			r->res.err = c->dead == -ECONNABORTED ? 0 : c->dead;
+			r->res.status = c->dead_status;
+			snprintf(r->res.sentence, sizeof(r->res.sentence), "%s", c->dead_sentence);
+			snprintf(r->res.errname, sizeof(r->res.errname), "%s", pd_status_name((uint16_t)c->dead_status));
+		}
+		r->st = S_SENT;
+		r->answered = true;
+		complete_head(c);
+	}
+	return c->dead;
+}
+
+static int submit(struct pdc_conn *c, struct req *r)
+{
+	if (c->dead) {
+		req_free(r);
+		return c->dead;
+	}
+	if (++c->next_id == 0)
+		c->next_id = 1;
+	r->id = c->next_id;
+	r->st = S_QUEUED;
+	if (c->tail)
+		c->tail->next = r;
+	else
+		c->head = r;
+	c->tail = r;
+	c->n_pending++;
+	return 0;
+}
+
+int pdc_submit_decrypt(struct pdc_conn *c, const struct pdc_decrypt *d)
+{
+	int srcs = (d->in_fd >= 0) + (d->in_buf != NULL || (d->in_len == 0 && d->in_fd < 0 && !d->in_read)) +
+	           (d->in_read != NULL);
+	if (srcs != 1 || d->password_len > PD_PASSWORD_MAX || (d->flags & ~(PDC_VERIFIED_ONLY | PDC_WANT_METADATA)))
+		return -EINVAL;
+	struct req *r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->type = PD_FT_DECRYPT;
+	r->d = *d;
+	if (d->password) {
+		r->password = malloc(d->password_len + 1);
+		if (!r->password) {
+			free(r);
+			return -ENOMEM;
+		}
+		memcpy(r->password, d->password, d->password_len);
+		r->d.password = r->password;
+	}
+	return submit(c, r);
+}
+
+static int submit_simple(struct pdc_conn *c, uint8_t type, int (*on_data)(void *, const uint8_t *, size_t),
+                         int (*on_key)(void *, const struct pdc_key *),
+                         void (*on_done)(void *, const struct pdc_result *), void *arg)
+{
+	struct req *r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->type = type;
+	r->d.in_fd = -1;
+	r->d.on_data = on_data;
+	r->d.on_done = on_done;
+	r->d.arg = arg;
+	r->on_key = on_key;
+	return submit(c, r);
+}
+
+int pdc_submit_ping(struct pdc_conn *c, void (*on_done)(void *, const struct pdc_result *), void *arg)
+{
+	return submit_simple(c, PD_FT_PING, NULL, NULL, on_done, arg);
+}
+
+int pdc_submit_stats(struct pdc_conn *c, int (*on_data)(void *, const uint8_t *, size_t),
+                     void (*on_done)(void *, const struct pdc_result *), void *arg)
+{
+	return submit_simple(c, PD_FT_STATS, on_data, NULL, on_done, arg);
+}
+
+int pdc_submit_keys(struct pdc_conn *c, int (*on_key)(void *, const struct pdc_key *),
+                    void (*on_done)(void *, const struct pdc_result *), void *arg)
+{
+	return submit_simple(c, PD_FT_KEYS, NULL, on_key, on_done, arg);
+}
+
+/* ------------------------------------------------------------------ */
+/* sending */
+
+static ssize_t read_input(struct req *r, uint8_t *buf, size_t cap)
+{
+	if (r->d.in_read)
+		return r->d.in_read(r->d.arg, buf, cap);
+	if (r->d.in_fd >= 0) {
+		for (;;) {
+			ssize_t n = read(r->d.in_fd, buf, cap);
+			if (n >= 0)
+				return n;
+			if (errno != EINTR)
+				return -errno;
+		}
+	}
+	size_t n = r->d.in_len - r->in_off;
+	if (n > cap)
+		n = cap;
+	if (n)
+		memcpy(buf, r->d.in_buf + r->in_off, n);
+	r->in_off += n;
+	return (ssize_t)n;
+}
+
+/* First request not fully sent. */
+static struct req *send_req(struct pdc_conn *c)
+{
+	struct req *r = c->head;
+	while (r && r->st == S_SENT)
+		r = r->next;
+	return r;
+}
+
+/* Fill the (empty) output buffer with as many whole frames as fit. */
+static void fill_out(struct pdc_conn *c)
+{
+	uint32_t chunk = c->server.max_frame < CHUNK_MAX ? c->server.max_frame : CHUNK_MAX;
+	for (;;) {
+		size_t room = c->out_cap - c->out_len;
+		uint8_t *o = c->out + c->out_len;
+		struct req *r = send_req(c);
+		if (!r || room < PD_FRAME_STRUCT_MAX)
+			return;
+		int n;
+		if (r->st == S_QUEUED) {
+			if (c->n_outstanding >= c->server.max_inflight)
+				return; /* wait for a terminal frame */
+			if (r->type == PD_FT_DECRYPT) {
+				struct pd_decrypt_req dr = { .flags = r->d.flags, .password = (const uint8_t *)r->password,
+				                             .password_len = r->password ? r->d.password_len : 0 };
+				if (r->d.in_buf) {
+					dr.has_size_hint = true;
+					dr.size_hint = r->d.in_len;
+				}
+				n = pd_frame_encode_decrypt(o, room, r->id, &dr);
+				r->st = S_SENDING;
+			} else {
+				n = pd_frame_encode(o, room, r->type, r->id, NULL, 0);
+				r->st = S_SENT;
+			}
+			c->n_outstanding++;
+		} else if (r->answered || r->local_err) {
+			/* Early RESULT or unreadable input: end the request. */
+			n = pd_frame_encode(o, room, PD_FT_END, r->id, NULL, 0);
+			r->st = S_SENT;
+		} else {
+			size_t want = room - PD_FRAME_HDR_LEN;
+			if (want > chunk)
+				want = chunk;
+			ssize_t got = read_input(r, o + PD_FRAME_HDR_LEN, want);
+			if (got > 0) {
+				pd_frame_put_hdr(o, PD_FT_DATA, r->id, (uint32_t)got);
+				n = PD_FRAME_HDR_LEN + (int)got;
+			} else {
+				if (got < 0)
+					r->local_err = (int)got;
+				n = pd_frame_encode(o, room, PD_FT_END, r->id, NULL, 0);
+				r->st = S_SENT;
+			}
+		}
+		if (n < 0)
+			return; /* cannot happen: room >= PD_FRAME_STRUCT_MAX */
+		c->out_len += (size_t)n;
+	}
+}
+
+static int read_some(struct pdc_conn *c);
+
+static int flush_out(struct pdc_conn *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t n = xsend(c, c->out + c->out_off, c->out_len - c->out_off);
+		if (n == -EAGAIN)
+			return 0;
+		if (n < 0) {
+			/* The server may have said why before it closed: an ERROR frame
+			 * or an early RESULT waits in our receive buffer. */
+			(void)read_some(c);
+			if (c->dead)
+				return c->dead;
+			char s[128];
+			snprintf(s, sizeof(s), "connection to the server lost while sending: %s", strerror((int)-n));
+			return conn_fail(c, (int)n, 0, s);
+		}
+		c->out_off += (size_t)n;
+	}
+	c->out_off = c->out_len = 0;
+	/* Requests whose END just left may be complete now. */
+	complete_ready(c);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* receiving */
+
+__attribute__((format(printf, 2, 3)))
+static int violation(struct pdc_conn *c, const char *fmt, ...)
+{
+	char s[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(s, sizeof(s), fmt, ap);
+	va_end(ap);
+	/* Tell the server why we hang up; best effort. */
+	uint8_t b[PD_FRAME_HELLO_MAX];
+	int n = pd_frame_encode_error(b, sizeof(b), PD_ST_PROTOCOL, "EPROTO", s);
+	if (n > 0 && c->out_off == c->out_len)
+		(void)xsend(c, b, (size_t)n);
+	return conn_fail(c, -EPROTO, PD_ST_PROTOCOL, s);
+}
+
+static int on_frame(struct pdc_conn *c, const struct pd_frame_hdr *h, const uint8_t *p)
+{
+	if (h->type == PD_FT_ERROR) {
+		struct pd_result e;
+		if (pd_parse_error(p, h->len, &e) < 0)
+			return violation(c, "malformed ERROR frame from the server");
+		char s[PD_SENTENCE_MAX + 64];
+		snprintf(s, sizeof(s), "server ended the connection: %s", e.sentence[0] ? e.sentence : pd_status_text(e.status));
+		return conn_fail(c, -ECONNABORTED, e.status, s);
+	}
+	if (h->type == PD_FT_HELLO)
+		return violation(c, "server sent a second HELLO");
+	/* Replies come in request order: the target is the oldest begun, unanswered request. */
+	struct req *r = c->head;
+	while (r && r->answered)
+		r = r->next;
+	if (!r || r->st == S_QUEUED || r->id != h->id)
+		return violation(c, "server sent %s for request %u, expected %u", pd_frame_type_name(h->type), h->id,
+		                 r && r->st != S_QUEUED ? r->id : 0);
+	switch (h->type) {
+	case PD_FT_METADATA: {
+		if (r->type != PD_FT_DECRYPT || r->begun_data)
+			return violation(c, "unexpected METADATA for request %u", r->id);
+		struct pd_msginfo *mi = malloc(sizeof(*mi));
+		if (!mi)
+			return conn_fail(c, -ENOMEM, 0, "out of memory");
+		if (pd_parse_metadata(p, h->len, mi) < 0) {
+			free(mi);
+			return violation(c, "malformed METADATA for request %u", r->id);
+		}
+		struct pdc_info info;
+		copy_info(&info, mi);
+		free(mi);
+		if (r->d.on_metadata && !r->local_err) {
+			int k = r->d.on_metadata(r->d.arg, &info);
+			if (k)
+				r->local_err = k < 0 ? k : -ECANCELED;
+		}
+		return 0;
+	}
+	case PD_FT_DATA:
+		if (r->type != PD_FT_DECRYPT && r->type != PD_FT_STATS)
+			return violation(c, "unexpected DATA for request %u", r->id);
+		r->begun_data = true;
+		if (r->d.on_data && !r->local_err && h->len) {
+			int k = r->d.on_data(r->d.arg, p, h->len);
+			if (k)
+				r->local_err = k < 0 ? k : -ECANCELED;
+		}
+		return 0;
+	case PD_FT_KEY: {
+		if (r->type != PD_FT_KEYS)
+			return violation(c, "unexpected KEY for request %u", r->id);
+		struct pd_keyinfo k;
+		if (pd_parse_key(p, h->len, &k) < 0)
+			return violation(c, "malformed KEY frame");
+		struct pdc_key o = { .version = k.version, .pk_algo = k.pk_algo, .bits = k.bits, .created = k.created,
+		                     .fpr_len = k.fpr_len, .primary_fpr_len = k.primary_fpr_len };
+		memcpy(o.fpr, k.fpr, 32);
+		memcpy(o.primary_fpr, k.primary_fpr, 32);
+		memcpy(o.keyid, k.keyid, 8);
+		memcpy(o.curve, k.curve, sizeof(o.curve));
+		if (r->on_key && !r->local_err) {
+			int e = r->on_key(r->d.arg, &o);
+			if (e)
+				r->local_err = e < 0 ? e : -ECANCELED;
+		}
+		return 0;
+	}
+	case PD_FT_RESULT: {
+		if (r->type == PD_FT_PING)
+			return violation(c, "RESULT instead of PONG for request %u", r->id);
+		struct pd_msginfo *mi = malloc(sizeof(*mi));
+		if (!mi)
+			return conn_fail(c, -ENOMEM, 0, "out of memory");
+		struct pd_result res;
+		int k = pd_parse_result(p, h->len, &res, mi);
+		if (k < 0) {
+			free(mi);
+			return violation(c, "malformed RESULT for request %u", r->id);
+		}
+		memset(&r->res, 0, sizeof(r->res));
+		r->res.status = res.status;
+		r->res.integrity = res.integrity;
+		r->res.bytes_in = res.bytes_in;
+		r->res.bytes_out = res.bytes_out;
+		memcpy(r->res.errname, res.errname, sizeof(r->res.errname));
+		snprintf(r->res.sentence, sizeof(r->res.sentence), "%s",
+		         res.sentence[0] ? res.sentence : pd_status_text(res.status));
+		copy_info(&r->res.info, mi);
+		free(mi);
+		if (res.status == PD_ST_OK && r->st != S_SENT)
+			return violation(c, "RESULT OK for request %u before its END", r->id);
+		break;
+	}
+	case PD_FT_PONG:
+		if (r->type != PD_FT_PING)
+			return violation(c, "PONG for a request that is not a PING");
+		memset(&r->res, 0, sizeof(r->res));
+		snprintf(r->res.sentence, sizeof(r->res.sentence), "pong");
+		break;
+	default:
+		return violation(c, "unexpected %s frame", pd_frame_type_name(h->type));
+	}
+	r->answered = true;
+	c->n_outstanding--;
+	complete_ready(c);
+	return 0;
+}
+
+static int read_some(struct pdc_conn *c)
+{
+	/* Until EAGAIN: data GnuTLS has buffered would not wake poll() again. */
+	while (!c->dead) {
+		ssize_t n = xrecv(c, c->rbuf, RBUF_SIZE);
+		if (n == -EAGAIN)
+			return 0;
+		if (n <= 0) {
+			if (n == 0 && !c->head && pd_frame_decoder_pending(c->dec) == 0)
+				return conn_fail(c, -ECONNRESET, 0, "server closed the connection");
+			char s[128];
+			snprintf(s, sizeof(s), "server closed the connection%s%s", n ? ": " : "",
+			         n ? strerror((int)-n) : (pd_frame_decoder_pending(c->dec) ? " in the middle of a frame" : ""));
+			return conn_fail(c, n ? (int)n : -ECONNRESET, 0, s);
+		}
+		size_t off = 0;
+		while (off < (size_t)n && !c->dead) {
+			size_t used;
+			struct pd_frame_hdr h;
+			const uint8_t *p;
+			int r = pd_frame_decode(c->dec, c->rbuf + off, (size_t)n - off, &used, &h, &p);
+			off += used;
+			if (r < 0)
+				return violation(c, "bad frame from the server: %s", pd_frame_decoder_detail(c->dec));
+			if (r == 1)
+				(void)on_frame(c, &h, p);
+		}
+		if (!c->tls && (size_t)n < RBUF_SIZE)
+			return 0; /* a short plain read: the socket is drained; TLS reads on to EAGAIN */
+	}
+	return c->dead;
+}
+
+/* ------------------------------------------------------------------ */
+/* public driving functions */
+
+int pdc_fd(const struct pdc_conn *c) { return c->fd; }
+size_t pdc_pending(const struct pdc_conn *c) { return c->n_pending; }
+const struct pdc_server *pdc_server(const struct pdc_conn *c) { return &c->server; }
+
+short pdc_events(struct pdc_conn *c)
+{
+	if (c->dead)
+		return 0;
+	if (c->out_len == 0)
+		fill_out(c);
+	return (short)(POLLIN | (c->out_len > c->out_off ? POLLOUT : 0));
+}
+
+int pdc_process(struct pdc_conn *c, short revents)
+{
+	if (c->dead)
+		return c->dead;
+	if (revents & (POLLIN | POLLHUP | POLLERR)) {
+		int r = read_some(c);
+		if (r < 0)
+			return r;
+	}
+	if (c->out_len == 0)
+		fill_out(c);
+	if (c->out_len > c->out_off)
+		return flush_out(c);
+	return 0;
+}
+
+int pdc_run(struct pdc_conn *c)
+{
+	int64_t last = now_ms();
+	while (c->head && !c->dead) {
+		short ev = pdc_events(c);
+		short rev = 0;
+		if (c->tls && gnutls_record_check_pending(c->tls) > 0) {
+			rev = POLLIN; /* decrypted data already buffered in GnuTLS */
+		} else {
+			struct pollfd pfd = { .fd = c->fd, .events = ev };
+			int t = c->timeout_ms;
+			if (t > 0) {
+				int64_t left = last + t - now_ms();
+				t = left <= 0 ? 0 : (int)left;
+			}
+			int r = poll(&pfd, 1, t);
+			if (r < 0) {
+				if (errno == EINTR)
+					continue;
+				return conn_fail(c, -errno, 0, "poll failed");
+			}
+			if (r == 0) {
+				char s[96];
+				snprintf(s, sizeof(s), "no progress from the server for %d ms", c->timeout_ms);
+				return conn_fail(c, -ETIMEDOUT, PD_ST_TIMEOUT, s);
+			}
+			rev = pfd.revents;
+			last = now_ms();
+		}
+		int r = pdc_process(c, rev);
+		if (r < 0)
+			return r;
+	}
+	return c->dead;
+}
+
+struct one {
+	struct pdc_result *ret;
+	const struct pdc_decrypt *d;
+};
+
+static void one_done(void *arg, const struct pdc_result *r)
+{
+	struct one *o = arg;
+	*o->ret = *r;
+	if (o->d->on_done)
+		o->d->on_done(o->d->arg, r);
+}
+
+static int one_meta(void *arg, const struct pdc_info *i)
+{
+	struct one *o = arg;
+	return o->d->on_metadata ? o->d->on_metadata(o->d->arg, i) : 0;
+}
+
+static int one_data(void *arg, const uint8_t *p, size_t n)
+{
+	struct one *o = arg;
+	return o->d->on_data ? o->d->on_data(o->d->arg, p, n) : 0;
+}
+
+static ssize_t one_read(void *arg, uint8_t *b, size_t n)
+{
+	struct one *o = arg;
+	return o->d->in_read(o->d->arg, b, n);
+}
+
+int pdc_decrypt(struct pdc_conn *c, const struct pdc_decrypt *d, struct pdc_result *ret)
+{
+	struct one o = { .ret = ret, .d = d };
+	struct pdc_decrypt w = *d;
+	w.arg = &o;
+	w.on_done = one_done;
+	w.on_metadata = one_meta;
+	w.on_data = one_data;
+	if (d->in_read)
+		w.in_read = one_read;
+	int r = pdc_submit_decrypt(c, &w);
+	if (r < 0)
+		return set_err(ret, r, 0, "cannot submit: %s", strerror(-r));
+	r = pdc_run(c);
+	return r < 0 ? r : 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* connect / close */
+
+static int handshake(struct pdc_conn *c, const struct pdc_config *cfg, int64_t deadline, struct pdc_result *e)
+{
+	struct pd_hello h = { .version_min = PD_PROTO_VERSION, .version_max = PD_PROTO_VERSION };
+	snprintf(h.software, sizeof(h.software), "%s", cfg->software ? cfg->software : "libpdclient/" PD_VERSION);
+	uint8_t b[PD_FRAME_HELLO_MAX];
+	int n = pd_frame_encode_client_hello(b, sizeof(b), &h);
+	if (n < 0)
+		return set_err(e, n, 0, "cannot encode HELLO");
+	size_t off = 0;
+	while (off < (size_t)n) {
+		ssize_t k = xsend(c, b + off, (size_t)n - off);
+		if (k == -EAGAIN) {
+			int w = wait_fd(c->fd, POLLOUT, deadline);
+			if (w < 0)
+				return set_err(e, w, PD_ST_TIMEOUT, "handshake timed out");
+			continue;
+		}
+		if (k < 0)
+			break; /* the server may have said why in an ERROR: read it */
+		off += (size_t)k;
+	}
+	for (;;) {
+		ssize_t k = xrecv(c, c->rbuf, RBUF_SIZE);
+		if (k == -EAGAIN) {
+			int w = wait_fd(c->fd, POLLIN, deadline);
+			if (w < 0)
+				return set_err(e, w, w == -ETIMEDOUT ? PD_ST_TIMEOUT : 0, "no HELLO from the server: %s",
+				               w == -ETIMEDOUT ? "timed out" : strerror(-w));
+			continue;
+		}
+		if (k <= 0)
+			return set_err(e, k ? (int)k : -ECONNRESET, 0, "server closed the connection during the handshake%s%s",
+			               c->tls_detail[0] ? ": " : "", c->tls_detail);
+		size_t used;
+		struct pd_frame_hdr fh;
+		const uint8_t *p;
+		int r = pd_frame_decode(c->dec, c->rbuf, (size_t)k, &used, &fh, &p);
+		if (r < 0)
+			return set_err(e, -EPROTO, PD_ST_PROTOCOL, "bad frame from the server: %s",
+			               pd_frame_decoder_detail(c->dec));
+		if (r == 0)
+			continue;
+		if (fh.type == PD_FT_ERROR) {
+			struct pd_result er;
+			if (pd_parse_error(p, fh.len, &er) < 0)
+				return set_err(e, -EPROTO, PD_ST_PROTOCOL, "malformed ERROR from the server");
+			set_err(e, -ECONNABORTED, er.status, "server refused the connection: %s",
+			        er.sentence[0] ? er.sentence : pd_status_text(er.status));
+			if (e) {
+				e->err = 0; /* a server outcome: act on the status */
+				snprintf(e->errname, sizeof(e->errname), "%s", pd_status_name(er.status));
+			}
+			return -ECONNABORTED;
+		}
+		if (fh.type != PD_FT_HELLO)
+			return set_err(e, -EPROTO, PD_ST_PROTOCOL, "server sent %s before HELLO", pd_frame_type_name(fh.type));
+		struct pd_hello sh;
+		if (pd_parse_hello(p, fh.len, PD_FROM_SERVER, &sh) < 0 || sh.version_min != PD_PROTO_VERSION)
+			return set_err(e, -EPROTO, PD_ST_VERSION, "server HELLO is malformed or has an unknown version");
+		if (used != (size_t)k)
+			return set_err(e, -EPROTO, PD_ST_PROTOCOL, "server sent frames after HELLO before any request");
+		c->server.version = sh.version_min;
+		c->server.max_frame = sh.max_frame;
+		c->server.max_message = sh.max_message;
+		c->server.max_inflight = sh.max_inflight;
+		snprintf(c->server.software, sizeof(c->server.software), "%s", sh.software);
+		pd_frame_decoder_set_max(c->dec, sh.max_frame);
+		uint32_t chunk = sh.max_frame < CHUNK_MAX ? sh.max_frame : CHUNK_MAX;
+		c->out_cap = (size_t)chunk + 2 * PD_FRAME_STRUCT_MAX;
+		c->out = malloc(c->out_cap);
+		if (!c->out)
+			return set_err(e, -ENOMEM, 0, "out of memory");
+		return 0;
+	}
+}
+
+int pdc_connect(struct pdc_conn **ret, const struct pdc_config *cfg, struct pdc_result *e)
+{
+	struct pdc_conn *c = calloc(1, sizeof(*c));
+	if (!c)
+		return set_err(e, -ENOMEM, 0, "out of memory");
+	c->fd = -1;
+	c->timeout_ms = cfg->timeout_ms == 0 ? 60000 : cfg->timeout_ms < 0 ? 0 : cfg->timeout_ms;
+	int64_t deadline = c->timeout_ms ? now_ms() + c->timeout_ms : -1;
+	int r;
+	c->rbuf = malloc(RBUF_SIZE);
+	if (!c->rbuf || pd_frame_decoder_new(&c->dec, PD_FROM_SERVER, PD_FRAME_HELLO_MAX) < 0) {
+		r = set_err(e, -ENOMEM, 0, "out of memory");
+		goto fail;
+	}
+	if (cfg->host) {
+		if (!cfg->port) {
+			r = set_err(e, -EINVAL, 0, "no port given for %s", cfg->host);
+			goto fail;
+		}
+		r = connect_tcp(cfg->host, cfg->port, deadline, e);
+		if (r < 0)
+			goto fail;
+		c->fd = r;
+		if (!cfg->no_tls && (r = tls_start(c, cfg, deadline, e)) < 0)
+			goto fail;
+	} else {
+		const char *path = cfg->socket_path;
+		if (!path)
+			path = getenv("PGPDECD_SOCKET");
+		if (!path || !*path)
+			path = PDC_DEFAULT_SOCKET;
+		r = connect_unix(path, deadline, e);
+		if (r < 0)
+			goto fail;
+		c->fd = r;
+		int fl = fcntl(c->fd, F_GETFL);
+		if (fl < 0 || fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+			r = set_err(e, -errno, 0, "fcntl: %s", strerror(errno));
+			goto fail;
+		}
+	}
+	r = handshake(c, cfg, deadline, e);
+	if (r < 0)
+		goto fail;
+	*ret = c;
+	return 0;
+fail:
+	pdc_close(c);
+	return r;
+}
+
+struct pdc_conn *pdc_close(struct pdc_conn *c)
+{
+	if (!c)
+		return NULL;
+	if (c->head)
+		conn_fail(c, -ECANCELED, 0, "connection closed by the client");
+	if (c->tls) {
+		if (!c->dead)
+			(void)gnutls_bye(c->tls, GNUTLS_SHUT_WR); /* non-blocking: best effort */
+		gnutls_deinit(c->tls);
+	}
+	if (c->cred)
+		gnutls_certificate_free_credentials(c->cred);
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c->verify_name);
+	if (c->out) {
+		explicit_bzero(c->out, c->out_cap);
+		free(c->out);
+	}
+	if (c->rbuf) {
+		explicit_bzero(c->rbuf, RBUF_SIZE);
+		free(c->rbuf);
+	}
+	pd_frame_decoder_free(c->dec);
+	free(c);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* names */
+
+int pdc_exit_code(const struct pdc_result *r)
+{
+	if (r->err == 0 || r->status != 0)
+		return pd_status_exit_code((uint16_t)r->status);
+	if (r->err == -EACCES || r->err == -EPERM)
+		return PD_EXIT_NOPERM;
+	return PD_EXIT_TEMPFAIL; /* unreachable, reset, timed out: retry later */
+}
+
+const char *pdc_status_name(unsigned status) { return pd_status_name((uint16_t)status); }
+
+const char *pdc_sym_name(unsigned a)
+{
+	static const char *const n[] = { "plaintext", "IDEA", "3DES", "CAST5", "BLOWFISH", "?", "?", "AES128",
+	                                 "AES192", "AES256", "TWOFISH", "CAMELLIA128", "CAMELLIA192", "CAMELLIA256" };
+	return a < sizeof(n) / sizeof(n[0]) ? n[a] : "unknown";
+}
+
+const char *pdc_aead_name(unsigned a)
+{
+	switch (a) {
+	case 0: return "none";
+	case 1: return "EAX";
+	case 2: return "OCB";
+	case 3: return "GCM";
+	default: return "unknown";
+	}
+}
+
+const char *pdc_pk_name(unsigned a)
+{
+	switch (a) {
+	case 0: return "password";
+	case 1: case 2: return "RSA";
+	case 16: return "ElGamal";
+	case 18: return "ECDH";
+	case 25: return "X25519";
+	case 26: return "X448";
+	default: return "unknown";
+	}
+}
+
+const char *pdc_compress_name(unsigned a)
+{
+	switch (a) {
+	case 0: return "uncompressed";
+	case 1: return "ZIP";
+	case 2: return "ZLIB";
+	case 3: return "BZIP2";
+	default: return "unknown";
+	}
+}

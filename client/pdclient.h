@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libpdclient: a small blocking C client for pgpdecd, for mail gateways and
+ * other programs that hand OpenPGP messages to the daemon.
+ *
+ * It connects over a Unix socket or TCP (TLS via GnuTLS, verifying the
+ * server name against a CA or a pinned SHA-256 certificate fingerprint),
+ * does the protocol handshake, and pipelines requests: queue any number with
+ * pdc_submit_*(), then pdc_run() sends them (ciphertext read from an fd, a
+ * buffer or a callback) while it streams each reply's plaintext to your
+ * callback, in request order.  The wire protocol is proto/PROTOCOL.md.
+ *
+ * Plaintext handed to on_data is provisional until on_done reports status 0
+ * (PDC_OK) with integrity MDC or AEAD: for SEIPD v1 an attacker may have
+ * modified it.  Write it somewhere you can throw away (or ask for
+ * PDC_VERIFIED_ONLY) and commit only when on_done says so.
+ *
+ * Callback contract: if a pdc_submit_*() call returns an error, none of that
+ * request's callbacks is ever called; otherwise on_done is called exactly
+ * once, from pdc_run() or pdc_process(), also when the connection fails.
+ * A pdc_conn belongs to one thread at a time; different connections are
+ * independent.  Errors are 0 or negative errno values.
+ */
+#pragma once
+
+#include <poll.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PDC_API __attribute__((visibility("default")))
+
+#define PDC_DEFAULT_SOCKET "/run/pgpdecd/pgpdecd.sock"
+
+/* Wire status codes (PROTOCOL.md section 8); the tens digit is the class. */
+#define PDC_OK 0
+#define PDC_ST_INTEGRITY 13
+#define PDC_ST_NO_KEY 20
+#define PDC_ST_OVERLOADED 30
+#define PDC_ST_TIMEOUT 31
+#define PDC_ST_ACCESS_DENIED 40
+#define PDC_ST_PROTOCOL 50
+
+/* Integrity verdicts */
+#define PDC_INTEGRITY_NONE 0
+#define PDC_INTEGRITY_MDC 1
+#define PDC_INTEGRITY_AEAD 2
+#define PDC_INTEGRITY_UNPROTECTED 3
+
+/* Request flags */
+#define PDC_VERIFIED_ONLY 0x1u  /* the server holds all plaintext until verified */
+#define PDC_WANT_METADATA 0x2u  /* call on_metadata before the first plaintext */
+
+struct pdc_conn;
+
+struct pdc_config { /* public, by value; zero-initialise, then set what you need */
+	const char *socket_path;   /* Unix socket; used when host is NULL (NULL: $PGPDECD_SOCKET or the default) */
+	const char *host;          /* TCP: host name or address */
+	const char *port;          /* TCP: port (service) */
+	bool no_tls;               /* TCP without TLS (only for a daemon on loopback that allows it) */
+	const char *tls_ca;        /* PEM file of CAs to verify the server with (NULL: system CAs unless pinned) */
+	const char *tls_cert;      /* PEM client certificate (mutual TLS) */
+	const char *tls_key;       /* PEM client private key */
+	const char *tls_server_name; /* name to verify and send as SNI (NULL: host) */
+	const char *tls_pin;       /* SHA-256 fingerprint of the server certificate, hex (colons and a
+	                              "sha256:" prefix allowed); with it, no CA is needed */
+	int timeout_ms;            /* connect/handshake timeout and longest silence while waiting (0: 60 s, <0: none) */
+	const char *software;      /* sent in HELLO (NULL: "libpdclient/VERSION") */
+};
+
+struct pdc_server { /* public, by value: what the server announced */
+	unsigned version;
+	uint32_t max_frame;
+	uint64_t max_message;       /* 0 = unlimited */
+	uint32_t max_inflight;
+	char software[65];
+};
+
+struct pdc_recipient { /* public, by value */
+	uint8_t version, pk_algo;
+	bool wildcard;
+	uint8_t keyid[8];
+	uint8_t fpr_len;
+	uint8_t fpr[32];
+};
+
+struct pdc_info { /* public, by value: message metadata (attacker-controlled content) */
+	bool armored;
+	uint8_t container, container_version; /* packet tag 18 SEIPD / 20 OCB / 9 SED, version */
+	uint8_t sym_algo, aead_algo, aead_chunk_log, pk_algo;
+	uint8_t key_fpr_len;
+	uint8_t key_fpr[32];        /* the (sub)key that opened the message */
+	uint8_t n_compression;
+	uint8_t compression[8];
+	bool has_literal;
+	char literal_format;
+	uint8_t literal_name_len;
+	char literal_name[256];     /* raw octets, NUL-terminated; never use as a path */
+	uint32_t literal_date;
+	uint32_t n_recipients;      /* listed below (at most 64) */
+	uint32_t n_recipients_total;
+	struct pdc_recipient recipients[64];
+	uint32_t n_skesk;
+	uint32_t n_issuers;
+	uint8_t issuers[16][8];
+	uint32_t n_signatures;
+};
+
+struct pdc_result { /* public, by value */
+	int err;                    /* 0: status is the server's; else -errno of a local or connection failure */
+	unsigned status;            /* wire status; with err != 0, a status describing it (or 0) */
+	unsigned integrity;         /* PDC_INTEGRITY_* */
+	uint64_t bytes_in, bytes_out;
+	char errname[24];
+	char sentence[1025];        /* one line, for humans */
+	struct pdc_info info;       /* what the RESULT carried */
+};
+
+struct pdc_key { /* public, by value */
+	uint8_t version, pk_algo;
+	uint16_t bits;
+	uint32_t created;
+	uint8_t fpr_len, primary_fpr_len;
+	uint8_t fpr[32], primary_fpr[32];
+	uint8_t keyid[8];
+	char curve[24];
+};
+
+struct pdc_decrypt { /* public, by value: one decryption request */
+	uint32_t flags;             /* PDC_VERIFIED_ONLY, PDC_WANT_METADATA */
+	const char *password;       /* SKESK password (copied at submit), or NULL */
+	size_t password_len;
+	/* Ciphertext source, exactly one of: */
+	int in_fd;                  /* >= 0: read to EOF (not closed) */
+	const uint8_t *in_buf;      /* with in_len; must stay valid until on_done */
+	size_t in_len;
+	ssize_t (*in_read)(void *arg, uint8_t *buf, size_t cap); /* >0, 0 = EOF, <0 = -errno */
+	/* Reply sinks (each may be NULL); a nonzero return from on_metadata or on_data
+	 * stops delivery to this request (the result then has err set to it). */
+	int (*on_metadata)(void *arg, const struct pdc_info *info);
+	int (*on_data)(void *arg, const uint8_t *p, size_t n);
+	void (*on_done)(void *arg, const struct pdc_result *r);
+	void *arg;
+};
+
+/** Connect, handshake (TLS, then HELLO).  On failure *ret_err (may be NULL) says why. */
+PDC_API int pdc_connect(struct pdc_conn **ret, const struct pdc_config *cfg, struct pdc_result *ret_err);
+/** Close and free (unfinished requests get on_done with -ECANCELED); accepts NULL, returns NULL. */
+PDC_API struct pdc_conn *pdc_close(struct pdc_conn *c);
+/** The server's version and limits. */
+PDC_API const struct pdc_server *pdc_server(const struct pdc_conn *c);
+
+/** Queue a decryption (in_fd = -1 when unused). */
+PDC_API int pdc_submit_decrypt(struct pdc_conn *c, const struct pdc_decrypt *d);
+/** Queue a PING; on_done gets status 0 when the PONG arrives. */
+PDC_API int pdc_submit_ping(struct pdc_conn *c, void (*on_done)(void *, const struct pdc_result *), void *arg);
+/** Queue a STATS request: the Prometheus text goes to on_data. */
+PDC_API int pdc_submit_stats(struct pdc_conn *c, int (*on_data)(void *, const uint8_t *, size_t),
+                             void (*on_done)(void *, const struct pdc_result *), void *arg);
+/** Queue a KEYS request: on_key once per loaded key. */
+PDC_API int pdc_submit_keys(struct pdc_conn *c, int (*on_key)(void *, const struct pdc_key *),
+                            void (*on_done)(void *, const struct pdc_result *), void *arg);
+
+/** Send and receive until every queued request is done.  0, or the error that
+ * ended the connection (every request still got its on_done). */
+PDC_API int pdc_run(struct pdc_conn *c);
+/** Submit one decryption and run: *ret receives its result. */
+PDC_API int pdc_decrypt(struct pdc_conn *c, const struct pdc_decrypt *d, struct pdc_result *ret);
+
+/* Event-loop integration (what pdc_run does in a loop): poll pdc_fd() for
+ * pdc_events(), then call pdc_process() with what poll returned. */
+PDC_API int pdc_fd(const struct pdc_conn *c);
+/** POLLIN, plus POLLOUT while there is something to send. */
+PDC_API short pdc_events(struct pdc_conn *c);
+/** Do the I/O that revents allows; 0 or the error that ended the connection. */
+PDC_API int pdc_process(struct pdc_conn *c, short revents);
+/** Requests queued and not yet done. */
+PDC_API size_t pdc_pending(const struct pdc_conn *c);
+
+/** sysexits(3) code for a result: 0, 65 bad data, 69 no key, 75 retry later, 77 denied. */
+PDC_API int pdc_exit_code(const struct pdc_result *r);
+/** Stable name of a wire status ("INTEGRITY"). */
+PDC_API const char *pdc_status_name(unsigned status);
+/** Printable OpenPGP algorithm names. */
+PDC_API const char *pdc_sym_name(unsigned algo);
+PDC_API const char *pdc_pk_name(unsigned algo);
+PDC_API const char *pdc_aead_name(unsigned algo);
+PDC_API const char *pdc_compress_name(unsigned algo);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,510 @@
+/* SPDX-License-Identifier: MIT */
+/* Defaults, INI file and flags into one struct pd_config (see config.h). */
+#include <errno.h>
+#include <ini.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "pd-config.h"
+#include "config.h"
+#include "log.h"
+
+enum opt_type { T_STR, T_LIST, T_UINT, T_SIZE, T_MS, T_BOOL, T_MODE, T_LEVEL };
+
+struct opt {
+	const char *name;
+	char shortopt;
+	enum opt_type type;
+	size_t off;
+	const char *arg;  /* for --help */
+	const char *help;
+};
+
+#define O(f) offsetof(struct pd_config, f)
+static const struct opt opts[] = {
+	{ "listen", 'l', T_LIST, O(listen), "unix:PATH|tcp:HOST:PORT", "listen there (repeatable)" },
+	{ "key", 'k', T_LIST, O(keys), "FILE", "secret key file, binary or armored (repeatable)" },
+	{ "keydir", 0, T_STR, O(keydir), "DIR", "load every regular file in DIR as a key file" },
+	{ "passphrase-file", 0, T_STR, O(passphrase_file), "FILE", "first line unlocks protected keys" },
+	{ "workers", 'w', T_UINT, O(workers), "N", "decryption threads (default: one per CPU)" },
+	{ "rsa-backend", 0, T_STR, O(rsa_backend), "openssl|gcrypt", "RSA private-key backend" },
+	{ "secmem-size", 0, T_SIZE, O(secmem_size), "BYTES", "locked secure memory for keys (default 1M)" },
+	{ "log-level", 0, T_LEVEL, O(log_level), "LEVEL", "err, warning, notice, info (default), debug" },
+	{ "queue-length", 0, T_UINT, O(queue_length), "N", "decryptions in progress at once; more get RETRY (default 512)" },
+	{ "max-connections", 0, T_UINT, O(max_connections), "N", "open connections (default 1024)" },
+	{ "max-connections-per-peer", 0, T_UINT, O(max_connections_per_peer), "N", "per uid or address, 0 = no limit (default 0)" },
+	{ "max-requests-per-connection", 0, T_UINT, O(max_requests_per_connection), "N", "pipelined requests (default 16)" },
+	{ "max-message-size", 0, T_SIZE, O(max_message_size), "BYTES", "ciphertext per message, 0 = no limit (default 4G)" },
+	{ "max-output-size", 0, T_SIZE, O(max_output_size), "BYTES", "plaintext per message, 0 = no limit (default 16G)" },
+	{ "max-frame-size", 0, T_SIZE, O(max_frame_size), "BYTES", "largest frame payload, announced in HELLO (default 64K)" },
+	{ "idle-timeout", 0, T_MS, O(idle_timeout_ms), "TIME", "close connections idle this long (default 60s)" },
+	{ "message-timeout", 0, T_MS, O(message_timeout_ms), "TIME", "one decryption at most this long (default 10m)" },
+	{ "write-timeout", 0, T_MS, O(write_timeout_ms), "TIME", "peer reading nothing this long is dropped (default 5m)" },
+	{ "drain-timeout", 0, T_MS, O(drain_timeout_ms), "TIME", "on SIGTERM, in-flight work gets this long (default 30s)" },
+	{ "write-high-watermark", 0, T_SIZE, O(write_high_watermark), "BYTES", "unsent output per connection that stops reading (default 1M)" },
+	{ "write-low-watermark", 0, T_SIZE, O(write_low_watermark), "BYTES", "resume reading below this (default 256K)" },
+	{ "request-buffer", 0, T_SIZE, O(request_buffer), "BYTES", "ciphertext and plaintext buffered per request (default 128K)" },
+	{ "max-verified-size", 0, T_SIZE, O(max_verified_size), "BYTES", "plaintext held for one verified-only request (default 64M)" },
+	{ "max-verified-total", 0, T_SIZE, O(max_verified_total), "BYTES", "plaintext held for all verified-only requests (default 256M)" },
+	{ "max-key-trials", 0, T_UINT, O(max_key_trials), "N", "private-key operations per message (default 8)" },
+	{ "allow-sed", 0, T_BOOL, O(allow_sed), "BOOL", "decrypt SED packets without integrity (default no)" },
+	{ "socket-mode", 0, T_MODE, O(socket_mode), "OCTAL", "unix socket permissions (default 0660)" },
+	{ "socket-owner", 0, T_STR, O(socket_owner), "USER", "unix socket owner" },
+	{ "socket-group", 0, T_STR, O(socket_group), "GROUP", "unix socket group" },
+	{ "allow-user", 0, T_LIST, O(allow_users), "USER", "unix peers allowed by uid (repeatable)" },
+	{ "allow-group", 0, T_LIST, O(allow_groups), "GROUP", "unix peers allowed by gid (repeatable)" },
+	{ "allow-plain-tcp", 0, T_BOOL, O(allow_plain_tcp), "BOOL", "plain TCP on loopback when no TLS is set (default no)" },
+	{ "tls-cert", 0, T_STR, O(tls_cert), "FILE", "TLS server certificate chain (PEM)" },
+	{ "tls-key", 0, T_STR, O(tls_key), "FILE", "TLS server private key (PEM)" },
+	{ "tls-ca", 0, T_STR, O(tls_ca), "FILE", "CA certificates for client certificates (PEM)" },
+	{ "tls-require-client-cert", 0, T_BOOL, O(tls_require_client_cert), "BOOL", "mutual TLS (default yes)" },
+	{ "tls-pin", 0, T_LIST, O(tls_pins), "SHA256", "accept only client certificates with this hex SHA-256 (repeatable)" },
+	{ "tls-min-version", 0, T_STR, O(tls_min_version), "1.2|1.3", "oldest TLS version (default 1.3)" },
+	{ "tls-handshake-timeout", 0, T_MS, O(tls_handshake_timeout_ms), "TIME", "(default 10s)" },
+};
+#undef O
+
+static void set_defaults(struct pd_config *c)
+{
+	c->secmem_size = 1u << 20;
+	c->log_level = PD_LOG_INFO;
+	c->queue_length = 512;
+	c->max_connections = 1024;
+	c->max_requests_per_connection = 16;
+	c->max_message_size = 4ull << 30;
+	c->max_output_size = 16ull << 30;
+	c->max_frame_size = 64u << 10;
+	c->idle_timeout_ms = 60000;
+	c->message_timeout_ms = 600000;
+	c->write_timeout_ms = 300000;
+	c->drain_timeout_ms = 30000;
+	c->write_high_watermark = 1u << 20;
+	c->write_low_watermark = 256u << 10;
+	c->request_buffer = 128u << 10;
+	c->max_key_trials = 8;
+	c->max_verified_size = 64u << 20;
+	c->max_verified_total = 256u << 20;
+	c->socket_mode = 0660;
+	c->tls_require_client_cert = true;
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+static int strv_add(struct pd_strv *l, const char *s)
+{
+	if (l->n >= 4096)
+		return -E2BIG;
+	char **nv = realloc(l->v, (l->n + 2) * sizeof(*nv));
+	if (!nv)
+		return -ENOMEM;
+	l->v = nv;
+	if (!(l->v[l->n] = strdup(s)))
+		return -ENOMEM;
+	l->v[++l->n] = NULL;
+	return 0;
+}
+
+static void strv_clear(struct pd_strv *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i]);
+	free(l->v);
+	l->v = NULL;
+	l->n = 0;
+}
+
+/* "123", "64K", "1M", "2G" (binary multiples). */
+static int parse_size(const char *s, uint64_t *ret)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *s == '-')
+		return -EINVAL;
+	uint64_t mul = 1;
+	switch (*end) {
+	case 0: break;
+	case 'k': case 'K': mul = 1ull << 10; end++; break;
+	case 'm': case 'M': mul = 1ull << 20; end++; break;
+	case 'g': case 'G': mul = 1ull << 30; end++; break;
+	case 't': case 'T': mul = 1ull << 40; end++; break;
+	default: return -EINVAL;
+	}
+	if (*end == 'i' && end[-1] != 0)
+		end++;
+	if (*end == 'B')
+		end++;
+	if (*end || (v && mul > UINT64_MAX / v))
+		return -EINVAL;
+	*ret = v * mul;
+	return 0;
+}
+
+/* "30" (seconds), "500ms", "30s", "5m", "1h". */
+static int parse_ms(const char *s, uint64_t *ret)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *s == '-')
+		return -EINVAL;
+	uint64_t mul;
+	if (!*end || !strcmp(end, "s"))
+		mul = 1000;
+	else if (!strcmp(end, "ms"))
+		mul = 1;
+	else if (!strcmp(end, "m") || !strcmp(end, "min"))
+		mul = 60000;
+	else if (!strcmp(end, "h"))
+		mul = 3600000;
+	else
+		return -EINVAL;
+	if (v > UINT64_MAX / mul)
+		return -EINVAL;
+	*ret = v * mul;
+	return 0;
+}
+
+static int parse_bool(const char *s, bool *ret)
+{
+	if (!strcasecmp(s, "yes") || !strcasecmp(s, "true") || !strcasecmp(s, "on") || !strcmp(s, "1"))
+		*ret = true;
+	else if (!strcasecmp(s, "no") || !strcasecmp(s, "false") || !strcasecmp(s, "off") || !strcmp(s, "0"))
+		*ret = false;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+static const struct opt *find_opt(const char *name)
+{
+	for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
+		if (!strcmp(opts[i].name, name))
+			return &opts[i];
+	return NULL;
+}
+
+/* cli_seen: list options already replaced on the command line. */
+static int set_opt(struct pd_config *c, const struct opt *o, const char *val, bool *cli_seen,
+                   char *err, size_t errlen, const char *where)
+{
+	void *p = (char *)c + o->off;
+	uint64_t v;
+	int r = 0;
+
+	switch (o->type) {
+	case T_STR:
+		free(*(char **)p);
+		if (!(*(char **)p = strdup(val)))
+			return -ENOMEM;
+		break;
+	case T_LIST:
+		if (cli_seen && !cli_seen[o - opts]) {
+			strv_clear(p);
+			cli_seen[o - opts] = true;
+		}
+		r = strv_add(p, val);
+		if (r == -E2BIG)
+			return fail(err, errlen, "%s: too many values for %s", where, o->name);
+		break;
+	case T_UINT:
+		r = parse_size(val, &v);
+		if (r < 0 || v > UINT32_MAX)
+			return fail(err, errlen, "%s: %s wants a number, not '%s'", where, o->name, val);
+		*(unsigned *)p = (unsigned)v;
+		break;
+	case T_SIZE:
+		if (parse_size(val, &v) < 0)
+			return fail(err, errlen, "%s: %s wants a size such as 64K or 2G, not '%s'", where, o->name, val);
+		if (o->off == offsetof(struct pd_config, max_frame_size)) {
+			if (v > UINT32_MAX)
+				return fail(err, errlen, "%s: %s is too large", where, o->name);
+			*(uint32_t *)p = (uint32_t)v;
+		} else if (o->off == offsetof(struct pd_config, max_message_size) ||
+		           o->off == offsetof(struct pd_config, max_output_size) ||
+		           o->off == offsetof(struct pd_config, max_verified_size) ||
+		           o->off == offsetof(struct pd_config, max_verified_total)) {
+			*(uint64_t *)p = v;
+		} else {
+			if (v > SIZE_MAX / 4)
+				return fail(err, errlen, "%s: %s is too large", where, o->name);
+			*(size_t *)p = (size_t)v;
+		}
+		break;
+	case T_MS:
+		if (parse_ms(val, &v) < 0)
+			return fail(err, errlen, "%s: %s wants a duration such as 30s or 500ms, not '%s'", where, o->name, val);
+		*(uint64_t *)p = v;
+		break;
+	case T_BOOL:
+		if (parse_bool(val, p) < 0)
+			return fail(err, errlen, "%s: %s wants yes or no, not '%s'", where, o->name, val);
+		break;
+	case T_MODE: {
+		char *end;
+		unsigned long m = strtoul(val, &end, 8);
+		if (*val == 0 || *end || m > 07777)
+			return fail(err, errlen, "%s: %s wants an octal mode such as 0660, not '%s'", where, o->name, val);
+		*(mode_t *)p = (mode_t)m;
+		break;
+	}
+	case T_LEVEL:
+		r = pd_log_level_parse(val);
+		if (r < 0)
+			return fail(err, errlen, "%s: %s wants err, warning, notice, info or debug, not '%s'", where, o->name, val);
+		*(int *)p = r;
+		r = 0;
+		break;
+	}
+	if (r == -ENOMEM)
+		return fail(err, errlen, "out of memory");
+	return r;
+}
+
+struct ini_ctx {
+	struct pd_config *c;
+	char *err;
+	size_t errlen;
+	int r;
+};
+
+static int ini_cb(void *user, const char *section, const char *name, const char *value)
+{
+	struct ini_ctx *x = user;
+	char where[PATH_MAX + 64];
+	const struct opt *o = find_opt(name);
+
+	snprintf(where, sizeof(where), "%s [%s] %s", x->c->config_file, section, name);
+	if (!o || o->off == offsetof(struct pd_config, config_file)) {
+		x->r = fail(x->err, x->errlen, "%s: unknown setting", where);
+		return 0;
+	}
+	x->r = set_opt(x->c, o, value, NULL, x->err, x->errlen, where);
+	return x->r == 0;
+}
+
+void pd_config_usage(void)
+{
+	printf("Usage: pgpdecd [--config FILE] [--listen unix:PATH|tcp:HOST:PORT]... [--key FILE]...\n"
+	       "               [--keydir DIR] [--passphrase-file FILE] [--workers N] [OPTION VALUE]...\n\n"
+	       "OpenPGP bulk-decryption daemon.  Runs in the foreground and logs to stderr.\n"
+	       "Every option is also a key of the INI config file (same name, without --);\n"
+	       "the command line overrides the file.  Sizes take K/M/G suffixes, durations\n"
+	       "ms/s/m/h (a bare number is seconds).\n\n"
+	       "  -c, --config FILE                  INI config file (default none)\n");
+	for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+		char left[80];
+		snprintf(left, sizeof(left), "%s%c%s --%s %s", opts[i].shortopt ? "-" : "  ",
+		         opts[i].shortopt ? opts[i].shortopt : ' ', opts[i].shortopt ? "," : " ",
+		         opts[i].name, opts[i].arg);
+		printf("  %-35s%s\n", left, opts[i].help);
+	}
+	printf("  -h, --help                         this text\n"
+	       "  -V, --version                      version\n\n"
+	       "Signals: SIGHUP reloads keys and config (the old set stays on failure);\n"
+	       "SIGTERM/SIGINT stop accepting, finish in-flight messages within\n"
+	       "drain-timeout and exit 0.\n");
+}
+
+bool pd_config_tls(const struct pd_config *c) { return c->tls_cert || c->tls_key; }
+
+static int check(struct pd_config *c, char *err, size_t errlen)
+{
+	if (!c->listen.n && getenv("LISTEN_FDS") == NULL)
+		return fail(err, errlen, "nothing to listen on: give --listen unix:PATH or tcp:HOST:PORT");
+	for (size_t i = 0; i < c->listen.n; i++) {
+		const char *l = c->listen.v[i];
+		if (!strncmp(l, "unix:", 5)) {
+			if (!l[5] || strlen(l + 5) >= 108)
+				return fail(err, errlen, "listen %s: bad unix socket path", l);
+		} else if (!strncmp(l, "tcp:", 4)) {
+			if (!strrchr(l + 4, ':'))
+				return fail(err, errlen, "listen %s: want tcp:HOST:PORT", l);
+		} else {
+			return fail(err, errlen, "listen %s: want unix:PATH or tcp:HOST:PORT", l);
+		}
+	}
+	if (!c->keys.n && !c->keydir)
+		return fail(err, errlen, "no keys: give --key FILE or --keydir DIR");
+	if (c->workers > 256)
+		return fail(err, errlen, "workers: at most 256");
+	if (!c->queue_length || !c->max_connections || !c->max_requests_per_connection)
+		return fail(err, errlen, "queue-length, max-connections and max-requests-per-connection must be at least 1");
+	if (c->max_frame_size < (16u << 10) || c->max_frame_size > (16u << 20))
+		return fail(err, errlen, "max-frame-size must be between 16K and 16M");
+	if (c->request_buffer < 4096 || c->request_buffer > (64u << 20))
+		return fail(err, errlen, "request-buffer must be between 4K and 64M");
+	if (c->write_low_watermark >= c->write_high_watermark)
+		return fail(err, errlen, "write-low-watermark must be below write-high-watermark");
+	if (c->rsa_backend && strcmp(c->rsa_backend, "default") && strcmp(c->rsa_backend, "openssl") &&
+	    strcmp(c->rsa_backend, "gcrypt"))
+		return fail(err, errlen, "rsa-backend: want openssl or gcrypt, not '%s'", c->rsa_backend);
+	if (c->tls_min_version && strcmp(c->tls_min_version, "1.2") && strcmp(c->tls_min_version, "1.3"))
+		return fail(err, errlen, "tls-min-version: want 1.2 or 1.3");
+	if (pd_config_tls(c) && (!c->tls_cert || !c->tls_key))
+		return fail(err, errlen, "TLS needs both tls-cert and tls-key");
+	if (pd_config_tls(c) && c->tls_require_client_cert && !c->tls_ca && !c->tls_pins.n)
+		return fail(err, errlen, "client certificates are required (tls-require-client-cert): give tls-ca or tls-pin");
+	for (size_t i = 0; i < c->tls_pins.n; i++) {
+		const char *p = c->tls_pins.v[i];
+		size_t n = 0;
+		for (; *p; p++)
+			if (*p != ':' && !(n++, strchr("0123456789abcdefABCDEF", *p)))
+				return fail(err, errlen, "tls-pin %s: not hex", c->tls_pins.v[i]);
+		if (n != 64)
+			return fail(err, errlen, "tls-pin %s: want 64 hex digits (SHA-256)", c->tls_pins.v[i]);
+	}
+	return 0;
+}
+
+struct pd_config *pd_config_free(struct pd_config *c)
+{
+	if (!c)
+		return NULL;
+	for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+		void *p = (char *)c + opts[i].off;
+		if (opts[i].type == T_STR)
+			free(*(char **)p);
+		else if (opts[i].type == T_LIST)
+			strv_clear(p);
+	}
+	free(c->config_file);
+	free(c);
+	return NULL;
+}
+
+/* Splits "--name=value"; returns the option, or NULL. */
+static const struct opt *match_flag(const char *a, const char **ret_inline)
+{
+	*ret_inline = NULL;
+	if (a[0] == '-' && a[1] != '-' && a[1] && !a[2]) {
+		for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
+			if (opts[i].shortopt == a[1])
+				return &opts[i];
+		return NULL;
+	}
+	if (strncmp(a, "--", 2))
+		return NULL;
+	char name[64];
+	const char *eq = strchr(a, '=');
+	size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+	if (n >= sizeof(name))
+		return NULL;
+	memcpy(name, a + 2, n);
+	name[n] = 0;
+	if (eq)
+		*ret_inline = eq + 1;
+	return find_opt(name);
+}
+
+int pd_config_load(struct pd_config **ret, int argc, char **argv, char *err, size_t errlen)
+{
+	struct pd_config *c = calloc(1, sizeof(*c));
+	bool cli_seen[sizeof(opts) / sizeof(opts[0])] = { 0 };
+	int r;
+
+	if (!c)
+		return -ENOMEM;
+	set_defaults(c);
+	/* First pass: --config, --help, --version (the file comes before flags). */
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			pd_config_usage();
+			pd_config_free(c);
+			return 1;
+		}
+		if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
+			printf("pgpdecd %s\n", PD_VERSION);
+			pd_config_free(c);
+			return 1;
+		}
+		const char *v;
+		if (!strcmp(a, "-c") || !strcmp(a, "--config")) {
+			if (i + 1 >= argc) {
+				pd_config_free(c);
+				return fail(err, errlen, "--config needs a file name");
+			}
+			v = argv[++i];
+		} else if (!strncmp(a, "--config=", 9)) {
+			v = a + 9;
+		} else {
+			continue;
+		}
+		free(c->config_file);
+		if (!(c->config_file = strdup(v))) {
+			pd_config_free(c);
+			return -ENOMEM;
+		}
+	}
+	if (c->config_file) {
+		struct ini_ctx x = { c, err, errlen, 0 };
+		FILE *f = fopen(c->config_file, "re");
+		if (!f) {
+			r = -errno;
+			fail(err, errlen, "config %s: %s", c->config_file, strerror(-r));
+			pd_config_free(c);
+			return r;
+		}
+		r = ini_parse_file(f, ini_cb, &x);
+		fclose(f);
+		if (x.r < 0 || r != 0) {
+			if (x.r == 0)
+				fail(err, errlen, "config %s: syntax error on line %d", c->config_file, r);
+			pd_config_free(c);
+			return -EINVAL;
+		}
+	}
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *val;
+		if (!strcmp(a, "-c") || !strcmp(a, "--config")) {
+			i++;
+			continue;
+		}
+		if (!strncmp(a, "--config=", 9))
+			continue;
+		const struct opt *o = match_flag(a, &val);
+		if (!o) {
+			pd_config_free(c);
+			return fail(err, errlen, "unknown argument '%s' (see --help)", a);
+		}
+		if (!val) {
+			if (o->type == T_BOOL && (i + 1 >= argc || argv[i + 1][0] == '-')) {
+				val = "yes"; /* "--allow-plain-tcp" alone means yes */
+			} else {
+				if (i + 1 >= argc) {
+					pd_config_free(c);
+					return fail(err, errlen, "--%s needs a value", o->name);
+				}
+				val = argv[++i];
+			}
+		}
+		char where[80];
+		snprintf(where, sizeof(where), "--%s", o->name);
+		r = set_opt(c, o, val, cli_seen, err, errlen, where);
+		if (r < 0) {
+			pd_config_free(c);
+			return r;
+		}
+	}
+	r = check(c, err, errlen);
+	if (r < 0) {
+		pd_config_free(c);
+		return r;
+	}
+	*ret = c;
+	return 0;
+}

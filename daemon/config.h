@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pd_config: every setting of the daemon, from built-in defaults, then the
+ * INI file (libinih), then the command line, in that order.  Every option
+ * has the same name as an INI key and as a flag (`workers = 4` is
+ * `--workers 4`).  List options (listen, key, tls-pin, allow-user,
+ * allow-group) accumulate; a list given on the command line replaces the
+ * file's.
+ *
+ * The struct is public (plain data read by every daemon module); it is built
+ * whole by pd_config_load() and never changed afterwards, so a reload builds
+ * a new one and swaps it in.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct pd_strv { /* public, by value: a growable list of strings */
+	char **v;
+	size_t n;
+};
+
+struct pd_config {
+	char *config_file;          /* NULL: none */
+	struct pd_strv listen;      /* "unix:PATH" or "tcp:HOST:PORT" */
+	struct pd_strv keys;        /* secret key files */
+	char *keydir;               /* every regular file in it is a key file */
+	char *passphrase_file;      /* first line unlocks protected keys */
+	unsigned workers;           /* 0 = one per CPU */
+	char *rsa_backend;          /* "default", "openssl", "gcrypt" */
+	size_t secmem_size;         /* libgcrypt secure memory bytes */
+	int log_level;
+
+	/* limits */
+	unsigned queue_length;      /* decryptions in progress, all connections */
+	unsigned max_connections;
+	unsigned max_connections_per_peer; /* per uid (unix) or address (tcp); 0 = off */
+	unsigned max_requests_per_connection; /* pipelined requests */
+	uint64_t max_message_size;  /* ciphertext bytes per message */
+	uint64_t max_output_size;   /* plaintext bytes per message */
+	uint32_t max_frame_size;    /* largest frame accepted (also announced) */
+	uint64_t idle_timeout_ms;   /* connection with nothing to do */
+	uint64_t message_timeout_ms;/* one decryption, first frame to result */
+	uint64_t write_timeout_ms;  /* no write progress at all: the peer is gone */
+	uint64_t drain_timeout_ms;  /* SIGTERM: in-flight work gets this long */
+	size_t write_high_watermark;/* per connection: stop reading above */
+	size_t write_low_watermark; /* resume below */
+	size_t request_buffer;      /* ciphertext/plaintext buffered per request, each way */
+	uint64_t max_verified_size; /* plaintext held for one verified-only request */
+	uint64_t max_verified_total;/* ... for all of them */
+	uint32_t max_key_trials;
+	bool allow_sed;
+
+	/* unix sockets */
+	mode_t socket_mode;
+	char *socket_owner;
+	char *socket_group;
+	struct pd_strv allow_users; /* SO_PEERCRED allow-lists; empty = anyone who can connect */
+	struct pd_strv allow_groups;
+
+	/* tcp */
+	bool allow_plain_tcp;       /* plain TCP (loopback only) when no TLS is configured */
+	char *tls_cert;
+	char *tls_key;
+	char *tls_ca;
+	bool tls_require_client_cert;
+	struct pd_strv tls_pins;    /* hex SHA-256 of client certificates (DER) */
+	char *tls_min_version;      /* "1.2" or "1.3" */
+	uint64_t tls_handshake_timeout_ms;
+};
+
+/** Build a config from defaults, the --config file and argv.  On failure a
+ * sentence goes to err (returns -EINVAL or -errno); *ret untouched.
+ * Returns 1 (and no config) when --help or --version was handled. */
+int pd_config_load(struct pd_config **ret, int argc, char **argv, char *err, size_t errlen);
+/** Free a config; accepts NULL, returns NULL. */
+struct pd_config *pd_config_free(struct pd_config *c);
+/** Print the --help text. */
+void pd_config_usage(void);
+/** Whether a "tcp:" listener of this config gets TLS. */
+bool pd_config_tls(const struct pd_config *c);

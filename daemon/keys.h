@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pd_keyset: the daemon's snapshot of loaded secret keys, a pd_keyring plus
+ * the list of fingerprints for the KEYS answer.  Built whole (blocking file
+ * reads and S2K work, so off the loop thread) and immutable afterwards;
+ * shared by reference: the daemon holds the current one, every request holds
+ * the one it started with, so a reload swaps the pointer and in-flight
+ * messages finish on the old set.
+ */
+#pragma once
+
+#include <stddef.h>
+
+struct pd_config;
+struct pd_keyring;
+struct pd_keyset;
+
+/** Load every key file of the config (--key, --keydir), unlocking with the
+ * passphrase file.  All or nothing: any failure leaves *ret untouched and
+ * writes why to err.  Blocking: call from a helper thread or before the loop. */
+int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, char *err, size_t errlen);
+/** Take a reference (any thread). */
+struct pd_keyset *pd_keyset_ref(struct pd_keyset *ks);
+/** Drop a reference, freeing (and wiping) at zero; accepts NULL, returns NULL. */
+struct pd_keyset *pd_keyset_unref(struct pd_keyset *ks);
+/** The key ring, for pd_msg_recover_key(). */
+const struct pd_keyring *pd_keyset_ring(const struct pd_keyset *ks);
+/** Number of decryption-capable (sub)keys. */
+size_t pd_keyset_count(const struct pd_keyset *ks);
+/** One line per key: "FPR ALGO BITS PRIMARY-FPR\n", NUL-terminated, owned by ks. */
+const char *pd_keyset_listing(const struct pd_keyset *ks);

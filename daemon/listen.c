@@ -1,0 +1,316 @@
+/* SPDX-License-Identifier: MIT */
+/* Listening sockets and the accept path (see listen.h). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <grp.h>
+#include <netdb.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "pd-config.h"
+#include "config.h"
+#include "daemon.h"
+#include "listen.h"
+#include "log.h"
+#include "session.h"
+#include "status.h"
+#ifdef PD_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#define BACKLOG 256
+
+struct pd_listener {
+	struct pd_listener *next;
+	union {
+		uv_handle_t h;
+		uv_stream_t s;
+		uv_tcp_t tcp;
+		uv_pipe_t pipe;
+	} io;
+	enum pd_peer_kind kind;
+	bool tls;
+	bool unlink_on_close;
+	char name[128];
+	char path[108];
+};
+
+static void on_connection(uv_stream_t *server, int status)
+{
+	struct pd_listener *ls = server->data;
+	struct pd_session *s;
+
+	if (status < 0) {
+		pd_log_warn("NET", "accept on %s: %s", ls->name, uv_strerror(status));
+		return;
+	}
+	s = pd_session_alloc(ls, ls->kind);
+	if (!s) {
+		pd_log_err("NET", "accept on %s: out of memory", ls->name);
+		return;
+	}
+	status = uv_accept(server, pd_session_stream(s));
+	if (status < 0) {
+		pd_log_warn("NET", "accept on %s: %s", ls->name, uv_strerror(status));
+		pd_session_close(s);
+		return;
+	}
+	if (ls->tls) { /* TLS is not built yet: never serve plaintext on a TLS port */
+		pd_session_close(s);
+		return;
+	}
+	pd_session_start(s);
+}
+
+static bool is_loopback(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+	if (sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+		if (IN6_IS_ADDR_LOOPBACK(a))
+			return true;
+		if (IN6_IS_ADDR_V4MAPPED(a))
+			return a->s6_addr[12] == 127;
+	}
+	return false;
+}
+
+static struct pd_listener *listeners;
+
+static struct pd_listener *new_listener(uv_loop_t *loop, enum pd_peer_kind kind)
+{
+	struct pd_listener *ls = calloc(1, sizeof(*ls));
+	if (!ls)
+		return NULL;
+	ls->kind = kind;
+	int r = kind == PD_PEER_TCP ? uv_tcp_init(loop, &ls->io.tcp) : uv_pipe_init(loop, &ls->io.pipe, 0);
+	if (r < 0) {
+		free(ls);
+		return NULL;
+	}
+	ls->io.h.data = ls;
+	ls->next = listeners;
+	listeners = ls;
+	return ls;
+}
+
+static int resolve_id(const char *name, bool group, unsigned *ret)
+{
+	char *end;
+	unsigned long v = strtoul(name, &end, 10);
+	if (*name && !*end) {
+		*ret = (unsigned)v;
+		return 0;
+	}
+	if (group) {
+		struct group *g = getgrnam(name);
+		if (!g)
+			return -ENOENT;
+		*ret = g->gr_gid;
+	} else {
+		struct passwd *p = getpwnam(name);
+		if (!p)
+			return -ENOENT;
+		*ret = p->pw_uid;
+	}
+	return 0;
+}
+
+static int bind_unix(uv_loop_t *loop, const struct pd_config *c, const char *path, char *err, size_t errlen)
+{
+	struct stat st;
+	struct pd_listener *ls = new_listener(loop, PD_PEER_UNIX);
+	int r;
+
+	if (!ls)
+		return -ENOMEM;
+	snprintf(ls->name, sizeof(ls->name), "unix:%s", path);
+	snprintf(ls->path, sizeof(ls->path), "%s", path);
+	/* A stale socket from a previous run is removed; any other file is not ours. */
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			snprintf(err, errlen, "listen %s: exists and is not a socket", ls->name);
+			return -EEXIST;
+		}
+		unlink(path);
+	}
+	mode_t old = umask(0177); /* no window with a world-connectable socket */
+	r = uv_pipe_bind(&ls->io.pipe, path);
+	umask(old);
+	if (r < 0) {
+		snprintf(err, errlen, "listen %s: %s", ls->name, uv_strerror(r));
+		return r;
+	}
+	ls->unlink_on_close = true;
+	if (chmod(path, c->socket_mode) < 0) {
+		r = -errno;
+		snprintf(err, errlen, "listen %s: chmod: %s", ls->name, strerror(errno));
+		return r;
+	}
+	if (c->socket_owner || c->socket_group) {
+		unsigned uid = (unsigned)-1, gid = (unsigned)-1;
+		if (c->socket_owner && resolve_id(c->socket_owner, false, &uid) < 0) {
+			snprintf(err, errlen, "socket-owner %s: no such user", c->socket_owner);
+			return -ENOENT;
+		}
+		if (c->socket_group && resolve_id(c->socket_group, true, &gid) < 0) {
+			snprintf(err, errlen, "socket-group %s: no such group", c->socket_group);
+			return -ENOENT;
+		}
+		if (chown(path, (uid_t)uid, (gid_t)gid) < 0) {
+			r = -errno;
+			snprintf(err, errlen, "listen %s: chown: %s", ls->name, strerror(errno));
+			return r;
+		}
+	}
+	r = uv_listen(&ls->io.s, BACKLOG, on_connection);
+	if (r < 0)
+		snprintf(err, errlen, "listen %s: %s", ls->name, uv_strerror(r));
+	return r;
+}
+
+static int check_tcp(const struct pd_config *c, struct pd_listener *ls, const struct sockaddr *sa,
+                     char *err, size_t errlen)
+{
+	ls->tls = pd_config_tls(c);
+	if (ls->tls) {
+		snprintf(err, errlen, "listen %s: TLS listeners are not implemented yet", ls->name);
+		return -ENOTSUP;
+	}
+	if (!c->allow_plain_tcp) {
+		snprintf(err, errlen, "listen %s: plain TCP needs allow-plain-tcp (or configure TLS)", ls->name);
+		return -EPERM;
+	}
+	if (!is_loopback(sa)) {
+		snprintf(err, errlen, "listen %s: plain TCP is allowed on loopback addresses only", ls->name);
+		return -EPERM;
+	}
+	return 0;
+}
+
+static int bind_tcp(uv_loop_t *loop, const struct pd_config *c, const char *spec, char *err, size_t errlen)
+{
+	char host[256], *port;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV }, *res = NULL;
+	int r;
+
+	snprintf(host, sizeof(host), "%s", spec);
+	port = strrchr(host, ':');
+	*port++ = 0;
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') { /* [::1]:PORT */
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = 0;
+	}
+	r = getaddrinfo(host, port, &hints, &res);
+	if (r) {
+		snprintf(err, errlen, "listen tcp:%s: %s", spec, gai_strerror(r));
+		return -EINVAL;
+	}
+	struct pd_listener *ls = new_listener(loop, PD_PEER_TCP);
+	if (!ls) {
+		freeaddrinfo(res);
+		return -ENOMEM;
+	}
+	snprintf(ls->name, sizeof(ls->name), "tcp:%s", spec);
+	r = check_tcp(c, ls, res->ai_addr, err, errlen);
+	if (r == 0) {
+		r = uv_tcp_bind(&ls->io.tcp, res->ai_addr, 0);
+		if (r == 0)
+			r = uv_listen(&ls->io.s, BACKLOG, on_connection);
+		if (r < 0)
+			snprintf(err, errlen, "listen %s: %s", ls->name, uv_strerror(r));
+	}
+	freeaddrinfo(res);
+	return r;
+}
+
+/* Sockets passed by systemd (pgpdecd.socket). */
+static int take_activated(uv_loop_t *loop, const struct pd_config *c, char *err, size_t errlen)
+{
+#ifdef PD_HAVE_SYSTEMD
+	int n = sd_listen_fds(1);
+	if (n <= 0)
+		return n;
+	for (int fd = SD_LISTEN_FDS_START; fd < SD_LISTEN_FDS_START + n; fd++) {
+		struct pd_listener *ls;
+		int r;
+		if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) > 0) {
+			ls = new_listener(loop, PD_PEER_UNIX);
+			if (!ls)
+				return -ENOMEM;
+			snprintf(ls->name, sizeof(ls->name), "unix:(fd %d)", fd);
+			r = uv_pipe_open(&ls->io.pipe, fd);
+		} else if (sd_is_socket_inet(fd, 0, SOCK_STREAM, 1, 0) > 0) {
+			struct sockaddr_storage ss;
+			socklen_t len = sizeof(ss);
+			ls = new_listener(loop, PD_PEER_TCP);
+			if (!ls)
+				return -ENOMEM;
+			snprintf(ls->name, sizeof(ls->name), "tcp:(fd %d)", fd);
+			if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+				return -errno;
+			r = check_tcp(c, ls, (struct sockaddr *)&ss, err, errlen);
+			if (r < 0)
+				return r;
+			r = uv_tcp_open(&ls->io.tcp, fd);
+		} else {
+			snprintf(err, errlen, "socket activation: fd %d is not a listening stream socket", fd);
+			return -EINVAL;
+		}
+		if (r == 0)
+			r = uv_listen(&ls->io.s, BACKLOG, on_connection);
+		if (r < 0) {
+			snprintf(err, errlen, "socket activation: fd %d: %s", fd, uv_strerror(r));
+			return r;
+		}
+		pd_log_info("NET", "listening on %s (socket activation)", ls->name);
+	}
+	return n;
+#else
+	return 0;
+#endif
+}
+
+int pd_listeners_start(uv_loop_t *loop, const struct pd_config *c, char *err, size_t errlen)
+{
+	int r = take_activated(loop, c, err, errlen);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < c->listen.n; i++) {
+		const char *l = c->listen.v[i];
+		r = !strncmp(l, "unix:", 5) ? bind_unix(loop, c, l + 5, err, errlen)
+		                             : bind_tcp(loop, c, l + 4, err, errlen);
+		if (r < 0)
+			return r;
+		pd_log_info("NET", "listening on %s", l);
+	}
+	if (!listeners) {
+		snprintf(err, errlen, "nothing to listen on");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static void on_listener_close(uv_handle_t *h) { free(h->data); }
+
+void pd_listeners_stop(void)
+{
+	struct pd_listener *ls, *next;
+	for (ls = listeners; ls; ls = next) {
+		next = ls->next;
+		if (ls->unlink_on_close)
+			unlink(ls->path);
+		uv_close(&ls->io.h, on_listener_close);
+	}
+	listeners = NULL;
+}
+
+bool pd_listener_tls(const struct pd_listener *ls) { return ls->tls; }
+const char *pd_listener_name(const struct pd_listener *ls) { return ls->name; }

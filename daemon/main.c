@@ -1,0 +1,278 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pgpdecd: args -> config -> pd_lib_init -> key load -> pool -> listeners ->
+ * sd_notify READY -> uv_run.  Signals: SIGHUP reloads keys and config (built
+ * off the loop, swapped whole; a failing reload keeps the old set),
+ * SIGTERM/SIGINT stop accepting, let in-flight messages finish within
+ * drain-timeout, exit 0.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "pd-config.h"
+#include "config.h"
+#include "daemon.h"
+#include "keys.h"
+#include "listen.h"
+#include "log.h"
+#include "notify.h"
+#include "pgpdec.h"
+#include "pool.h"
+#include "session.h"
+
+#define EX_USAGE 64
+#define EX_CONFIG 78
+
+struct pd_daemon pd_d;
+
+static struct {
+	int argc;
+	char **argv;
+	uv_signal_t sig_hup, sig_term, sig_int;
+	uv_timer_t drain_timer;
+	bool drain_timer_on;
+	uv_work_t reload_work;
+	bool reload_again;
+	/* reload results, written by the work thread, read in after_work */
+	struct pd_config *new_cfg;
+	struct pd_keyset *new_keys;
+	int reload_err;
+	char reload_msg[512];
+	bool exiting;
+} m;
+
+/* ---------------------------------------------------------------- */
+/* Shutdown */
+
+static void on_handle_close(uv_handle_t *h) { (void)h; }
+
+static void finish(void)
+{
+	if (m.exiting)
+		return;
+	m.exiting = true;
+	pd_log_info("SYS", "stopped");
+	pd_notify_deinit();
+	pd_sessions_close_all(); /* refused ones still lingering for their peer's EOF */
+	pd_sessions_deinit();
+	if (m.drain_timer_on) {
+		uv_timer_stop(&m.drain_timer);
+		uv_close((uv_handle_t *)&m.drain_timer, on_handle_close);
+	}
+	uv_close((uv_handle_t *)&m.sig_hup, on_handle_close);
+	uv_close((uv_handle_t *)&m.sig_term, on_handle_close);
+	uv_close((uv_handle_t *)&m.sig_int, on_handle_close);
+	pd_pool_stop(pd_d.pool);
+	pd_d.pool = NULL;
+}
+
+void pd_daemon_maybe_exit(void)
+{
+	if (pd_d.stopping && !pd_d.n_sessions && !pd_d.n_active && !pd_d.reloading)
+		finish();
+}
+
+static void on_drain_timeout(uv_timer_t *t)
+{
+	pd_log_warn("SYS", "drain-timeout reached with %u messages in progress: closing connections",
+	            pd_d.n_active);
+	pd_sessions_close_all();
+	pd_d.n_active = 0; /* requests with a job out are freed when it returns */
+	pd_daemon_maybe_exit();
+}
+
+static void stop(int signum)
+{
+	if (pd_d.stopping)
+		return;
+	pd_d.stopping = true;
+	pd_log_info("SYS", "%s: stopping; %u messages in progress, %u connections",
+	            strsignal(signum), pd_d.n_active, pd_d.n_sessions);
+	pd_notify_stopping();
+	pd_listeners_stop();
+	if (uv_timer_init(pd_d.loop, &m.drain_timer) == 0) {
+		m.drain_timer_on = true;
+		uv_timer_start(&m.drain_timer, on_drain_timeout, pd_d.cfg->drain_timeout_ms, 0);
+	}
+	pd_sessions_drain();
+	pd_daemon_maybe_exit();
+}
+
+static void on_signal(uv_signal_t *h, int signum);
+
+/* ---------------------------------------------------------------- */
+/* Reload: config and keys are built on a libuv helper thread (file reads,
+ * S2K), then swapped on the loop.  Requests hold their own key set. */
+
+static void reload_work(uv_work_t *w)
+{
+	(void)w;
+	m.new_cfg = NULL;
+	m.new_keys = NULL;
+	m.reload_msg[0] = 0;
+	m.reload_err = pd_config_load(&m.new_cfg, m.argc, m.argv, m.reload_msg, sizeof(m.reload_msg));
+	if (m.reload_err == 0)
+		m.reload_err = pd_keyset_load(&m.new_keys, m.new_cfg, m.reload_msg, sizeof(m.reload_msg));
+}
+
+static bool strv_eq(const struct pd_strv *a, const struct pd_strv *b)
+{
+	if (a->n != b->n)
+		return false;
+	for (size_t i = 0; i < a->n; i++)
+		if (strcmp(a->v[i], b->v[i]))
+			return false;
+	return true;
+}
+
+static void start_reload(void);
+
+static void reload_done(uv_work_t *w, int status)
+{
+	pd_d.reloading = false;
+	if (status == 0 && m.reload_err == 0) {
+		struct pd_config *old = pd_d.cfg;
+		if (!strv_eq(&old->listen, &m.new_cfg->listen) || old->workers != m.new_cfg->workers ||
+		    old->secmem_size != m.new_cfg->secmem_size)
+			pd_log_warn("SYS", "reload: listen, workers and secmem-size take effect at restart only");
+		pd_d.cfg = m.new_cfg;
+		pd_config_free(old);
+		pd_keyset_unref(pd_d.keys);
+		pd_d.keys = m.new_keys;
+		pd_log_set_level((enum pd_log_level)pd_d.cfg->log_level);
+		pd_d.stats.reloads++;
+		pd_log_info("SYS", "reloaded: %zu decryption keys", pd_keyset_count(pd_d.keys));
+	} else {
+		pd_config_free(m.new_cfg);
+		pd_d.stats.reload_failures++;
+		pd_log_err("SYS", "reload failed, keeping the old keys and config: %s",
+		           m.reload_err == 1 ? "--help/--version in arguments" : m.reload_msg);
+	}
+	m.new_cfg = NULL;
+	m.new_keys = NULL;
+	explicit_bzero(m.reload_msg, sizeof(m.reload_msg));
+	pd_notify_ready();
+	if (m.reload_again && !pd_d.stopping) {
+		m.reload_again = false;
+		start_reload();
+		return;
+	}
+	pd_daemon_maybe_exit();
+}
+
+static void start_reload(void)
+{
+	if (pd_d.reloading) {
+		m.reload_again = true; /* the running reload may have read old files */
+		return;
+	}
+	pd_log_info("SYS", "reloading keys and config");
+	pd_notify_reloading();
+	if (uv_queue_work(pd_d.loop, &m.reload_work, reload_work, reload_done) < 0) {
+		pd_log_err("SYS", "reload: cannot start a helper thread");
+		pd_notify_ready();
+		return;
+	}
+	pd_d.reloading = true;
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+	if (signum == SIGHUP) {
+		if (!pd_d.stopping)
+			start_reload();
+	} else {
+		stop(signum);
+	}
+}
+
+/* ---------------------------------------------------------------- */
+
+/* Nothing secret may reach a core file or another process's ptrace. */
+static void harden(void)
+{
+	struct rlimit rl = { 0, 0 };
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		pd_log_warn("SYS", "prctl(PR_SET_DUMPABLE): %m");
+	if (setrlimit(RLIMIT_CORE, &rl) < 0)
+		pd_log_warn("SYS", "setrlimit(RLIMIT_CORE): %m");
+}
+
+int main(int argc, char **argv)
+{
+	char err[512] = "";
+	int r;
+
+	pd_log_init();
+	harden();
+	signal(SIGPIPE, SIG_IGN);
+	m.argc = argc;
+	m.argv = argv;
+	r = pd_config_load(&pd_d.cfg, argc, argv, err, sizeof(err));
+	if (r == 1)
+		return 0;
+	if (r < 0) {
+		fprintf(stderr, "pgpdecd: %s\n", err);
+		return r == -EINVAL ? EX_USAGE : EX_CONFIG;
+	}
+	pd_log_set_level((enum pd_log_level)pd_d.cfg->log_level);
+	r = pd_lib_init(pd_d.cfg->secmem_size);
+	if (r < 0) {
+		pd_log_err("SYS", "crypto library initialisation failed: %s", pd_strerror(r));
+		return 1;
+	}
+	r = pd_keyset_load(&pd_d.keys, pd_d.cfg, err, sizeof(err));
+	if (r < 0) {
+		pd_log_err("SYS", "%s", err);
+		pd_lib_deinit();
+		pd_config_free(pd_d.cfg);
+		return EX_CONFIG;
+	}
+	pd_log_info("SYS", "%zu decryption keys loaded", pd_keyset_count(pd_d.keys));
+
+	pd_d.loop = uv_default_loop();
+	/* Jobs per request are at most one, so queue-length requests never
+	 * overflow the queue; the margin is for the watchdog's no-op job. */
+	r = pd_pool_new(&pd_d.pool, pd_d.loop, pd_d.cfg->workers, pd_d.cfg->queue_length + 16);
+	if (r < 0) {
+		pd_log_err("SYS", "worker pool: %s", pd_strerror(r));
+		return 1;
+	}
+	pd_log_info("POOL", "%u workers", pd_pool_threads(pd_d.pool));
+	r = pd_sessions_init(pd_d.loop);
+	if (r == 0)
+		r = pd_listeners_start(pd_d.loop, pd_d.cfg, err, sizeof(err));
+	if (r < 0) {
+		pd_log_err("NET", "%s", *err ? err : uv_strerror(r));
+		pd_listeners_stop();
+		pd_sessions_deinit();
+		pd_pool_stop(pd_d.pool);
+		uv_run(pd_d.loop, UV_RUN_DEFAULT);
+		return 1;
+	}
+	uv_signal_init(pd_d.loop, &m.sig_hup);
+	uv_signal_init(pd_d.loop, &m.sig_term);
+	uv_signal_init(pd_d.loop, &m.sig_int);
+	uv_signal_start(&m.sig_hup, on_signal, SIGHUP);
+	uv_signal_start(&m.sig_term, on_signal, SIGTERM);
+	uv_signal_start(&m.sig_int, on_signal, SIGINT);
+	pd_notify_init(pd_d.loop);
+	pd_notify_ready();
+	pd_log_info("SYS", "pgpdecd %s ready", PD_VERSION);
+
+	uv_run(pd_d.loop, UV_RUN_DEFAULT);
+
+	r = uv_loop_close(pd_d.loop);
+	if (r < 0)
+		pd_log_warn("SYS", "loop closed with handles open: %s", uv_strerror(r));
+	pd_keyset_unref(pd_d.keys);
+	pd_config_free(pd_d.cfg);
+	pd_lib_deinit();
+	return 0;
+}

@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pd_obuf: one heap buffer of whole encoded frames on their way to the
+ * socket.  Built by a request (on a worker for plaintext, on the loop for
+ * everything else), then owned by the session's writer until its write
+ * callback.  The uv_write_t lives inside, so a write costs no allocation.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <uv.h>
+
+struct pd_obuf {
+	struct pd_obuf *next;
+	uv_write_t wr;
+	void *owner;  /* the session while being written */
+	size_t len;   /* bytes used */
+	size_t cap;
+	uint8_t data[];
+};
+
+struct pd_obuf_list { /* public, by value */
+	struct pd_obuf *head, *tail;
+	size_t bytes;
+};
+
+static inline struct pd_obuf *pd_obuf_new(size_t cap)
+{
+	struct pd_obuf *o = malloc(sizeof(*o) + cap);
+	if (o) {
+		o->next = NULL;
+		o->owner = NULL;
+		o->len = 0;
+		o->cap = cap;
+	}
+	return o;
+}
+
+static inline void pd_obuf_push(struct pd_obuf_list *l, struct pd_obuf *o)
+{
+	o->next = NULL;
+	if (l->tail)
+		l->tail->next = o;
+	else
+		l->head = o;
+	l->tail = o;
+	l->bytes += o->len;
+}
+
+static inline struct pd_obuf *pd_obuf_pop(struct pd_obuf_list *l)
+{
+	struct pd_obuf *o = l->head;
+	if (o) {
+		l->head = o->next;
+		if (!l->head)
+			l->tail = NULL;
+		l->bytes -= o->len;
+		o->next = NULL;
+	}
+	return o;
+}
+
+/** Free every buffer of the list (plaintext wiped first). */
+static inline void pd_obuf_list_clear(struct pd_obuf_list *l)
+{
+	struct pd_obuf *o;
+	while ((o = pd_obuf_pop(l))) {
+		explicit_bzero(o->data, o->len);
+		free(o);
+	}
+}

@@ -1,0 +1,250 @@
+/* SPDX-License-Identifier: MIT */
+/* Bounded FIFO pthread pool with uv_async completions (see pool.h). */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "pgpdec.h"
+#include "pool.h"
+
+struct fifo {
+	struct pd_job *head, *tail;
+};
+
+struct pd_pool {
+	uv_loop_t *loop;
+	uv_async_t async;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct fifo queue;      /* waiting jobs (lock) */
+	struct fifo done;       /* finished jobs (lock) */
+	unsigned n_queued;      /* (lock) */
+	atomic_uint n_running;
+	unsigned queue_max;
+	bool stop;              /* (lock) */
+	unsigned n_threads;
+	pthread_t *threads;
+	struct pd_worker **workers;
+};
+
+struct thread_arg {
+	struct pd_pool *p;
+	unsigned index;
+};
+
+static void fifo_push(struct fifo *f, struct pd_job *j)
+{
+	j->next = NULL;
+	if (f->tail)
+		f->tail->next = j;
+	else
+		f->head = j;
+	f->tail = j;
+}
+
+static struct pd_job *fifo_pop(struct fifo *f)
+{
+	struct pd_job *j = f->head;
+	if (j) {
+		f->head = j->next;
+		if (!f->head)
+			f->tail = NULL;
+		j->next = NULL;
+	}
+	return j;
+}
+
+static void *worker_main(void *arg)
+{
+	struct pd_pool *p = ((struct thread_arg *)arg)->p;
+	unsigned index = ((struct thread_arg *)arg)->index;
+	struct pd_worker *w = p->workers[index];
+
+	free(arg);
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		while (!p->queue.head && !p->stop)
+			pthread_cond_wait(&p->cond, &p->lock);
+		if (p->stop)
+			break;
+		struct pd_job *j = fifo_pop(&p->queue);
+		p->n_queued--;
+		atomic_fetch_add(&p->n_running, 1);
+		pthread_mutex_unlock(&p->lock);
+
+		j->work(j, w);
+
+		pthread_mutex_lock(&p->lock);
+		atomic_fetch_sub(&p->n_running, 1);
+		fifo_push(&p->done, j);
+		/* uv_async_send is thread-safe; sending under the lock keeps the
+		 * async handle alive (pd_pool_stop takes the lock before closing). */
+		uv_async_send(&p->async);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+/* Loop thread: run done callbacks until the list stays empty; a done
+ * callback may submit the next job, whose completion can race this drain. */
+static void drain(struct pd_pool *p)
+{
+	for (;;) {
+		pthread_mutex_lock(&p->lock);
+		struct fifo batch = p->done;
+		p->done.head = p->done.tail = NULL;
+		pthread_mutex_unlock(&p->lock);
+		if (!batch.head)
+			return;
+		struct pd_job *j;
+		while ((j = fifo_pop(&batch)))
+			j->done(j);
+	}
+}
+
+static void on_async(uv_async_t *h) { drain(h->data); }
+
+static unsigned ncpus(void)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+		return (unsigned)CPU_COUNT(&set);
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (unsigned)n : 1;
+}
+
+static void free_pool(struct pd_pool *p)
+{
+	for (unsigned i = 0; i < p->n_threads; i++)
+		pd_worker_free(p->workers[i]);
+	free(p->workers);
+	free(p->threads);
+	pthread_mutex_destroy(&p->lock);
+	pthread_cond_destroy(&p->cond);
+	free(p);
+}
+
+int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsigned queue_max)
+{
+	struct pd_pool *p = calloc(1, sizeof(*p));
+	sigset_t all, old;
+	int r;
+
+	if (!p)
+		return -ENOMEM;
+	if (!nthreads)
+		nthreads = ncpus();
+	if (nthreads > PD_MAX_WORKERS)
+		nthreads = PD_MAX_WORKERS;
+	p->loop = loop;
+	p->queue_max = queue_max;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->cond, NULL);
+	p->threads = calloc(nthreads, sizeof(*p->threads));
+	p->workers = calloc(nthreads, sizeof(*p->workers));
+	if (!p->threads || !p->workers) {
+		free_pool(p);
+		return -ENOMEM;
+	}
+	p->n_threads = nthreads;
+	for (unsigned i = 0; i < nthreads; i++) {
+		r = pd_worker_new(&p->workers[i], i);
+		if (r < 0) {
+			free_pool(p);
+			return r;
+		}
+	}
+	r = uv_async_init(loop, &p->async, on_async);
+	if (r < 0) {
+		free_pool(p);
+		return r;
+	}
+	p->async.data = p;
+	/* Workers never take signals: they belong to the loop's uv_signal. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	for (unsigned i = 0; i < nthreads; i++) {
+		struct thread_arg *a = malloc(sizeof(*a));
+		if (a) {
+			a->p = p;
+			a->index = i;
+		}
+		r = a ? pthread_create(&p->threads[i], NULL, worker_main, a) : ENOMEM;
+		if (r) {
+			free(a);
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
+			p->n_threads = i;
+			pthread_mutex_lock(&p->lock);
+			p->stop = true;
+			pthread_cond_broadcast(&p->cond);
+			pthread_mutex_unlock(&p->lock);
+			for (unsigned k = 0; k < i; k++)
+				pthread_join(p->threads[k], NULL);
+			p->n_threads = nthreads; /* free every pd_worker */
+			uv_close((uv_handle_t *)&p->async, NULL);
+			/* The handle memory must outlive the close callback: leak-free
+			 * only if the loop runs; at start-up failure the process exits. */
+			return -r;
+		}
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	*ret = p;
+	return 0;
+}
+
+int pd_pool_submit(struct pd_pool *p, struct pd_job *j)
+{
+	int r = 0;
+	j->cancelled = false;
+	pthread_mutex_lock(&p->lock);
+	if (p->stop)
+		r = -ESHUTDOWN;
+	else if (p->n_queued >= p->queue_max)
+		r = -EAGAIN;
+	else {
+		fifo_push(&p->queue, j);
+		p->n_queued++;
+		pthread_cond_signal(&p->cond);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+unsigned pd_pool_queued(const struct pd_pool *p)
+{
+	pthread_mutex_lock((pthread_mutex_t *)&p->lock);
+	unsigned n = p->n_queued;
+	pthread_mutex_unlock((pthread_mutex_t *)&p->lock);
+	return n;
+}
+
+unsigned pd_pool_running(const struct pd_pool *p) { return atomic_load(&((struct pd_pool *)p)->n_running); }
+unsigned pd_pool_threads(const struct pd_pool *p) { return p->n_threads; }
+
+static void on_close(uv_handle_t *h) { free_pool(h->data); }
+
+void pd_pool_stop(struct pd_pool *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	for (unsigned i = 0; i < p->n_threads; i++)
+		pthread_join(p->threads[i], NULL);
+	/* Threads are gone: no lock needed from here on. */
+	struct pd_job *j;
+	while ((j = fifo_pop(&p->queue))) {
+		j->cancelled = true;
+		fifo_push(&p->done, j);
+	}
+	p->n_queued = 0;
+	drain(p);
+	uv_close((uv_handle_t *)&p->async, on_close);
+}

@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pd_pool: our own bounded pthread worker pool (DESIGN.md "worker pool").
+ * Every private-key operation and every symmetric/decompression step runs
+ * here, never on the loop thread.  Each worker thread owns one pd_worker
+ * (pre-opened cipher and hash handles) and hands it to the job it runs.
+ *
+ * Jobs wait in one FIFO with a hard limit; completions come back to the loop
+ * thread through uv_async_send and are drained in a loop (sends coalesce).
+ *
+ * Async contract: if pd_pool_submit() returns an error, done is never
+ * called; otherwise done is called exactly once, on the loop thread, after
+ * work has run (or with job->cancelled set if the pool stopped first).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <uv.h>
+
+struct pd_worker;
+struct pd_pool;
+
+struct pd_job { /* public, by value: embedded in the owner */
+	void (*work)(struct pd_job *j, struct pd_worker *w); /* worker thread */
+	void (*done)(struct pd_job *j);                      /* loop thread */
+	bool cancelled;                                      /* work did not run */
+	struct pd_job *next;                                 /* pool's own */
+};
+
+/** Start nthreads workers (0 = one per CPU) with a queue of at most queue_max jobs. */
+int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsigned queue_max);
+/** Queue a job; -EAGAIN when the queue is full, -ESHUTDOWN when stopping. */
+int pd_pool_submit(struct pd_pool *p, struct pd_job *j);
+/** Jobs waiting (not yet picked by a worker). */
+unsigned pd_pool_queued(const struct pd_pool *p);
+/** Jobs being run right now. */
+unsigned pd_pool_running(const struct pd_pool *p);
+/** Number of worker threads. */
+unsigned pd_pool_threads(const struct pd_pool *p);
+/** Stop: workers finish the job they run and exit (joined here, blocking),
+ * queued jobs complete as cancelled, then the async handle closes and the
+ * pool is freed.  Loop thread only. */
+void pd_pool_stop(struct pd_pool *p);

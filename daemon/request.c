@@ -1,0 +1,577 @@
+/* SPDX-License-Identifier: MIT */
+/* One reply owed to a client; DECRYPT requests drive a pd_msg through pool
+ * jobs (see request.h). */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "frame.h"
+#include "keys.h"
+#include "log.h"
+#include "pgpdec.h"
+#include "pool.h"
+#include "request.h"
+#include "session.h"
+#include "status.h"
+
+#define container_of(p, T, m) ((T *)((char *)(p) - offsetof(T, m)))
+
+/* Why the last job stopped: what it waits for before the next one. */
+enum wait { W_INPUT, W_ROOM };
+
+struct pd_request {
+	struct pd_session *s;   /* NULL once freed by the session (job still out) */
+	uint32_t id;
+	bool decrypt;
+	bool answered;          /* the terminal frame exists (job or abort) */
+	bool terminal_taken;    /* ... and the session has taken it */
+	bool input_ended;       /* END received */
+	bool verified_only, want_meta;
+	bool job_inflight;
+	bool counted;           /* holds one of pd_d.n_active */
+	enum wait wait;
+
+	struct pd_msg *m;
+	struct pd_keyset *ks;
+	struct pd_job job;
+
+	/* Ciphertext: the loop appends to lin; at submission lin moves into
+	 * jin, which only the job touches while it is out. */
+	uint8_t *lin, *jin;
+	size_t lin_len, jin_len, in_cap;
+	bool job_end;           /* snapshot: tell the engine the input ended */
+	bool end_told;
+
+	/* Job results, read on the loop after done. */
+	struct pd_obuf *job_out;
+	bool job_terminal;
+	uint16_t job_status;
+	uint64_t job_plain;
+
+	struct pd_obuf_list outq; /* encoded frames not yet taken by the session */
+	size_t out_limit;       /* back-pressure (ii) */
+	size_t held_limit;      /* verified-only: everything is held until DONE */
+	uint32_t max_frame;
+	uint64_t bytes_in, max_in;
+	uint64_t t_start;       /* uv_hrtime() */
+	uint64_t deadline_ms;   /* uv_now() */
+};
+
+static void finish_count(struct pd_request *r, uint16_t status)
+{
+	if (!r->counted)
+		return;
+	r->counted = false;
+	pd_d.n_active--;
+	pd_stats_request(status, (double)(uv_hrtime() - r->t_start) / 1e9);
+	pd_daemon_maybe_exit();
+}
+
+static struct pd_request *alloc_req(struct pd_session *s, uint32_t id)
+{
+	struct pd_request *r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL;
+	r->s = s;
+	r->id = id;
+	r->t_start = uv_hrtime();
+	return r;
+}
+
+/* A RESULT frame into its own obuf (loop side; info may be NULL). */
+static struct pd_obuf *result_obuf(uint32_t id, uint16_t status, const char *errname, const char *sentence,
+                                   const struct pd_msginfo *info, uint64_t in, uint64_t out)
+{
+	struct pd_obuf *o = pd_obuf_new(PD_FRAME_STRUCT_MAX);
+	struct pd_result res = { 0 };
+
+	if (!o)
+		return NULL;
+	res.status = status;
+	res.integrity = info ? (uint8_t)info->integrity : 0;
+	res.bytes_in = in;
+	res.bytes_out = out;
+	snprintf(res.errname, sizeof(res.errname), "%s", errname ? errname : pd_status_name(status));
+	snprintf(res.sentence, sizeof(res.sentence), "%s", sentence ? sentence : pd_status_text(status));
+	int n = pd_frame_encode_result(o->data, o->cap, id, &res, info);
+	if (n < 0) {
+		free(o);
+		return NULL;
+	}
+	o->len = (size_t)n;
+	return o;
+}
+
+static void drop_input(struct pd_request *r)
+{
+	if (r->lin)
+		explicit_bzero(r->lin, r->lin_len);
+	r->lin_len = 0;
+}
+
+void pd_request_abort(struct pd_request *r, uint16_t status, const char *sentence)
+{
+	if (r->answered)
+		return;
+	r->answered = true;
+	/* Unsent plaintext of a failed message is provisional: drop it. */
+	if (r->verified_only)
+		pd_d.held_bytes -= r->outq.bytes;
+	pd_obuf_list_clear(&r->outq);
+	drop_input(r);
+	struct pd_obuf *o = result_obuf(r->id, status, NULL, sentence, NULL, r->bytes_in, 0);
+	if (o)
+		pd_obuf_push(&r->outq, o);
+	if (!r->job_inflight && r->m) {
+		/* No worker holds it: free here (its handles are closed, not cached). */
+		r->m = pd_msg_free(r->m, NULL);
+	}
+	finish_count(r, status);
+	if (!r->job_inflight) /* a worker may be reading the key ring */
+		r->ks = pd_keyset_unref(r->ks);
+	if (r->s)
+		pd_session_wake(r->s);
+}
+
+/* ---------------------------------------------------------------- */
+/* Worker side */
+
+struct frame_writer {
+	struct pd_obuf *o;
+	size_t frame;     /* offset of the open DATA frame's header, or SIZE_MAX */
+	size_t flen;      /* payload bytes in the open frame */
+	uint32_t max_frame;
+	uint32_t id;
+};
+
+static void close_frame(struct frame_writer *fw)
+{
+	if (fw->frame == SIZE_MAX)
+		return;
+	if (fw->flen == 0) {
+		fw->o->len = fw->frame; /* nothing in it: take the header back */
+	} else {
+		pd_frame_put_hdr(fw->o->data + fw->frame, PD_FT_DATA, fw->id, (uint32_t)fw->flen);
+		fw->o->len = fw->frame + PD_FRAME_HDR_LEN + fw->flen;
+	}
+	fw->frame = SIZE_MAX;
+	fw->flen = 0;
+}
+
+/* Room for plaintext in the open frame (opening one if needed); 0 when the
+ * buffer is full, keeping PD_FRAME_STRUCT_MAX for the RESULT. */
+static size_t frame_room(struct frame_writer *fw, size_t data_limit, uint8_t **ret_p)
+{
+	struct pd_obuf *o = fw->o;
+	if (fw->frame != SIZE_MAX && fw->flen == fw->max_frame)
+		close_frame(fw);
+	if (fw->frame == SIZE_MAX) {
+		if (o->len + PD_FRAME_HDR_LEN + PD_FRAME_STRUCT_MAX >= o->cap || o->len >= data_limit)
+			return 0;
+		fw->frame = o->len;
+		fw->flen = 0;
+		o->len += PD_FRAME_HDR_LEN; /* reserved; close_frame() sets the final length */
+	}
+	size_t start = fw->frame + PD_FRAME_HDR_LEN + fw->flen;
+	size_t room = o->cap - PD_FRAME_STRUCT_MAX - start;
+	if (room > fw->max_frame - fw->flen)
+		room = fw->max_frame - fw->flen;
+	if (room == 0)
+		return 0;
+	*ret_p = o->data + start;
+	return room;
+}
+
+static void job_result(struct pd_request *r, struct frame_writer *fw, int err, struct pd_worker *w)
+{
+	const struct pd_msginfo *info = pd_msg_info(r->m);
+	struct pd_result res = { 0 };
+
+	close_frame(fw);
+	if (err < 0 && r->verified_only)
+		fw->o->len = 0; /* no plaintext at all unless verified */
+	res.status = pd_status_from_err(err);
+	res.integrity = (uint8_t)info->integrity;
+	res.bytes_in = info->bytes_in;
+	res.bytes_out = info->bytes_out;
+	if (err < 0) {
+		const char *d = pd_msg_detail(r->m);
+		snprintf(res.errname, sizeof(res.errname), "%s", pd_errname(err));
+		snprintf(res.sentence, sizeof(res.sentence), "%s%s%s", pd_strerror(err), d && *d ? ": " : "", d ? d : "");
+	} else {
+		snprintf(res.errname, sizeof(res.errname), "OK");
+		snprintf(res.sentence, sizeof(res.sentence), "decrypted");
+	}
+	int n = pd_frame_encode_result(fw->o->data + fw->o->len, fw->o->cap - fw->o->len, r->id, &res, info);
+	if (n > 0)
+		fw->o->len += (size_t)n;
+	r->job_terminal = true;
+	r->job_status = res.status;
+	r->m = pd_msg_free(r->m, w); /* handles go back to this worker's cache */
+}
+
+static void job_work(struct pd_job *j, struct pd_worker *w)
+{
+	struct pd_request *r = container_of(j, struct pd_request, job);
+	size_t cap = r->out_limit + 2 * PD_FRAME_STRUCT_MAX + 2 * PD_FRAME_HDR_LEN;
+	struct frame_writer fw = { .frame = SIZE_MAX, .max_frame = r->max_frame, .id = r->id };
+	size_t jpos = 0;
+	int st;
+
+	r->job_plain = 0;
+	r->job_terminal = false;
+	fw.o = r->job_out = pd_obuf_new(cap);
+	if (!fw.o) {
+		r->job_status = PD_ST_OVERLOADED;
+		r->wait = W_ROOM;
+		return;
+	}
+	for (;;) {
+		/* Feed what we have. */
+		while (jpos < r->jin_len && pd_msg_input_space(r->m) > 0) {
+			size_t used = 0;
+			st = pd_msg_write(r->m, r->jin + jpos, r->jin_len - jpos, &used);
+			if (st < 0) {
+				job_result(r, &fw, st, w);
+				goto out;
+			}
+			if (!used)
+				break;
+			jpos += used;
+		}
+		if (jpos == r->jin_len && r->job_end && !r->end_told) {
+			r->end_told = true;
+			st = pd_msg_close_input(r->m);
+			if (st < 0) {
+				job_result(r, &fw, st, w);
+				goto out;
+			}
+		}
+		uint8_t *p = NULL;
+		size_t room = frame_room(&fw, r->out_limit, &p);
+		size_t got = 0;
+		if (!room) {
+			r->wait = W_ROOM;
+			break;
+		}
+		st = pd_msg_step(r->m, w, p, room, &got);
+		if (st == PD_STEP_OUTPUT) {
+			if (got > room)
+				got = room;
+			fw.flen += got;
+			r->job_plain += got;
+			continue;
+		}
+		if (st == PD_STEP_NEED_INPUT) {
+			if (jpos < r->jin_len)
+				continue; /* the engine made room: feed more */
+			if (r->end_told) { /* cannot happen with a correct engine */
+				job_result(r, &fw, PD_ETRUNCATED, w);
+				goto out;
+			}
+			r->wait = W_INPUT;
+			break;
+		}
+		if (st == PD_STEP_NEED_KEY) {
+			st = pd_msg_recover_key(r->m, pd_keyset_ring(r->ks), w);
+			if (st < 0) {
+				job_result(r, &fw, st, w);
+				goto out;
+			}
+			continue;
+		}
+		if (st == PD_STEP_METADATA) {
+			if (r->want_meta) {
+				close_frame(&fw);
+				int n = pd_frame_encode_metadata(fw.o->data + fw.o->len, fw.o->cap - fw.o->len - PD_FRAME_STRUCT_MAX,
+				                                 r->id, pd_msg_info(r->m));
+				if (n > 0)
+					fw.o->len += (size_t)n;
+			}
+			continue;
+		}
+		if (st == PD_STEP_DONE) {
+			job_result(r, &fw, 0, w);
+			goto out;
+		}
+		job_result(r, &fw, st < 0 ? st : PD_EINTERNAL, w);
+		goto out;
+	}
+	close_frame(&fw);
+out:
+	/* Keep the unread rest of jin at its front for the next job. */
+	if (jpos) {
+		explicit_bzero(r->jin, jpos);
+		memmove(r->jin, r->jin + jpos, r->jin_len - jpos);
+		r->jin_len -= jpos;
+	}
+}
+
+/* ---------------------------------------------------------------- */
+/* Loop side */
+
+static void free_req(struct pd_request *r)
+{
+	if (r->m)
+		pd_msg_free(r->m, NULL);
+	pd_keyset_unref(r->ks);
+	if (r->verified_only && !r->terminal_taken)
+		pd_d.held_bytes -= r->outq.bytes;
+	pd_obuf_list_clear(&r->outq);
+	if (r->lin) {
+		explicit_bzero(r->lin, r->in_cap);
+		free(r->lin);
+	}
+	if (r->jin) {
+		explicit_bzero(r->jin, r->in_cap);
+		free(r->jin);
+	}
+	free(r);
+}
+
+static void job_done(struct pd_job *j)
+{
+	struct pd_request *r = container_of(j, struct pd_request, job);
+	struct pd_obuf *o = r->job_out;
+
+	r->job_out = NULL;
+
+	r->job_inflight = false;
+	if (!r->s) { /* the session went away while we worked */
+		if (o) {
+			explicit_bzero(o->data, o->len);
+			free(o);
+		}
+		finish_count(r, PD_ST_INTERNAL);
+		free_req(r);
+		return;
+	}
+	if (r->answered) { /* aborted (timeout, shutdown) while out: result already queued */
+		if (o) {
+			explicit_bzero(o->data, o->len);
+			free(o);
+		}
+		if (r->m)
+			r->m = pd_msg_free(r->m, NULL);
+		r->ks = pd_keyset_unref(r->ks);
+		return;
+	}
+	if (j->cancelled) {
+		free(o);
+		pd_request_abort(r, PD_ST_SHUTTING_DOWN, "the daemon is stopping");
+		return;
+	}
+	if (!o) {
+		pd_request_abort(r, PD_ST_OVERLOADED, "out of memory");
+		return;
+	}
+	pd_d.stats.bytes_out += r->job_plain;
+	if (r->job_terminal && r->job_status != PD_ST_OK && r->verified_only) {
+		pd_d.held_bytes -= r->outq.bytes; /* held plaintext never leaves */
+		pd_obuf_list_clear(&r->outq);
+	}
+	if (o->len) {
+		pd_obuf_push(&r->outq, o);
+		if (r->verified_only)
+			pd_d.held_bytes += o->len;
+	} else {
+		free(o);
+	}
+	if (r->job_terminal) {
+		r->answered = true;
+		drop_input(r);
+		finish_count(r, r->job_status);
+		r->ks = pd_keyset_unref(r->ks);
+	} else if (r->verified_only && (r->outq.bytes > r->held_limit ||
+	                                pd_d.held_bytes > pd_d.cfg->max_verified_total)) {
+		char why[160];
+		snprintf(why, sizeof(why), "verified-only delivery holds at most %zu bytes of plaintext", r->held_limit);
+		pd_request_abort(r, r->outq.bytes > r->held_limit ? PD_ST_LIMIT : PD_ST_OVERLOADED, why);
+		return;
+	}
+	pd_request_kick(r);
+	pd_session_wake(r->s);
+}
+
+void pd_request_kick(struct pd_request *r)
+{
+	int err;
+
+	if (!r->decrypt || r->answered || r->job_inflight || !r->m || !r->s)
+		return;
+	if (r->wait == W_INPUT && !r->lin_len && !(r->input_ended && !r->end_told))
+		return; /* nothing new to feed */
+	if (!r->verified_only) {
+		if (r->outq.bytes >= r->out_limit)
+			return; /* (ii): unsent output at its limit */
+		if (pd_session_write_pressure(r->s))
+			return;
+	}
+	/* Move ciphertext across the hand-off. */
+	size_t n = r->in_cap - r->jin_len;
+	if (n > r->lin_len)
+		n = r->lin_len;
+	if (n) {
+		memcpy(r->jin + r->jin_len, r->lin, n);
+		r->jin_len += n;
+		explicit_bzero(r->lin, n);
+		memmove(r->lin, r->lin + n, r->lin_len - n);
+		r->lin_len -= n;
+		pd_session_wake(r->s); /* room for more ciphertext */
+	}
+	r->job_end = r->input_ended && !r->lin_len;
+	r->job.work = job_work;
+	r->job.done = job_done;
+	err = pd_pool_submit(pd_d.pool, &r->job);
+	if (err < 0) {
+		pd_request_abort(r, err == -ESHUTDOWN ? PD_ST_SHUTTING_DOWN : PD_ST_OVERLOADED,
+		                 err == -ESHUTDOWN ? "the daemon is stopping" : "the work queue is full; retry later");
+		return;
+	}
+	r->job_inflight = true;
+}
+
+int pd_request_new_decrypt(struct pd_request **ret, struct pd_session *s, uint32_t id,
+                           const struct pd_decrypt_req *dr)
+{
+	const struct pd_config *c = pd_d.cfg;
+	struct pd_request *r = alloc_req(s, id);
+	struct pd_limits lim;
+	int err;
+
+	if (!r)
+		return -ENOMEM;
+	r->decrypt = true;
+	r->verified_only = dr->flags & PD_DF_VERIFIED_ONLY;
+	r->want_meta = dr->flags & PD_DF_WANT_METADATA;
+	r->max_frame = pd_session_max_frame(s);
+	r->out_limit = c->request_buffer;
+	r->held_limit = c->max_verified_size;
+	r->max_in = c->max_message_size;
+	r->wait = W_INPUT;
+	r->deadline_ms = c->message_timeout_ms ? uv_now(pd_d.loop) + c->message_timeout_ms : 0;
+	*ret = r;
+
+	if (pd_d.stopping) {
+		pd_request_abort(r, PD_ST_SHUTTING_DOWN, "the daemon is stopping");
+		return 0;
+	}
+	if (dr->has_size_hint && r->max_in && dr->size_hint > r->max_in) {
+		char why[128];
+		snprintf(why, sizeof(why), "message larger than max-message-size (%llu bytes)", (unsigned long long)r->max_in);
+		pd_request_abort(r, PD_ST_LIMIT, why);
+		return 0;
+	}
+	if (pd_d.n_active >= c->queue_length) {
+		pd_request_abort(r, PD_ST_OVERLOADED, "too many messages in progress; retry later");
+		return 0;
+	}
+	pd_limits_default(&lim);
+	lim.max_input = c->max_message_size;
+	lim.max_output = c->max_output_size;
+	if (c->max_key_trials)
+		lim.max_key_trials = c->max_key_trials;
+	lim.allow_sed = c->allow_sed;
+	/* The hand-off buffers must take any one DATA frame whole. */
+	r->in_cap = c->request_buffer > r->max_frame ? c->request_buffer : r->max_frame;
+	r->lin = malloc(r->in_cap);
+	r->jin = malloc(r->in_cap);
+	err = (r->lin && r->jin) ? pd_msg_new(&r->m, &lim) : -ENOMEM;
+	if (err == 0 && dr->password)
+		err = pd_msg_set_password(r->m, (const char *)dr->password, dr->password_len);
+	if (err < 0) {
+		pd_request_abort(r, PD_ST_OVERLOADED, "out of memory; retry later");
+		return 0;
+	}
+	r->ks = pd_keyset_ref(pd_d.keys);
+	r->counted = true;
+	pd_d.n_active++;
+	return 0;
+}
+
+int pd_request_new_done(struct pd_request **ret, struct pd_session *s, uint32_t id, struct pd_obuf_list *out)
+{
+	struct pd_request *r = alloc_req(s, id);
+	if (!r)
+		return -ENOMEM;
+	r->answered = true;
+	r->input_ended = true;
+	r->outq = *out;
+	memset(out, 0, sizeof(*out));
+	*ret = r;
+	return 0;
+}
+
+void pd_request_free(struct pd_request *r)
+{
+	if (!r)
+		return;
+	if (r->job_inflight) {
+		r->s = NULL; /* job_done frees */
+		return;
+	}
+	if (!r->answered)
+		finish_count(r, PD_ST_INTERNAL);
+	free_req(r);
+}
+
+uint32_t pd_request_id(const struct pd_request *r) { return r->id; }
+
+size_t pd_request_room(const struct pd_request *r)
+{
+	if (!r->decrypt || r->answered)
+		return SIZE_MAX; /* discarding */
+	return r->in_cap - r->lin_len;
+}
+
+void pd_request_feed(struct pd_request *r, const uint8_t *p, size_t len)
+{
+	pd_d.stats.bytes_in += len;
+	if (!r->decrypt || r->answered)
+		return;
+	if (r->max_in && (r->bytes_in + len > r->max_in || r->bytes_in + len < r->bytes_in)) {
+		char why[128];
+		snprintf(why, sizeof(why), "message larger than max-message-size (%llu bytes)", (unsigned long long)r->max_in);
+		pd_request_abort(r, PD_ST_LIMIT, why);
+		return;
+	}
+	r->bytes_in += len;
+	if (len > r->in_cap - r->lin_len) { /* the session checks room; never overflow */
+		pd_request_abort(r, PD_ST_INTERNAL, "input buffer overflow");
+		return;
+	}
+	memcpy(r->lin + r->lin_len, p, len);
+	r->lin_len += len;
+	pd_request_kick(r);
+}
+
+void pd_request_end(struct pd_request *r)
+{
+	r->input_ended = true;
+	pd_request_kick(r);
+}
+
+bool pd_request_receiving(const struct pd_request *r) { return !r->input_ended; }
+
+bool pd_request_take_output(struct pd_request *r, struct pd_obuf_list *out, bool head)
+{
+	if (!head || r->terminal_taken)
+		return r->terminal_taken;
+	if (r->verified_only && !r->answered)
+		return false; /* held until the verdict */
+	if (r->answered) {
+		if (r->verified_only)
+			pd_d.held_bytes -= r->outq.bytes;
+		r->terminal_taken = true;
+	}
+	struct pd_obuf *o;
+	while ((o = pd_obuf_pop(&r->outq)))
+		pd_obuf_push(out, o);
+	pd_request_kick(r);
+	return r->terminal_taken;
+}
+
+uint64_t pd_request_deadline(const struct pd_request *r) { return r->answered ? 0 : r->deadline_ms; }

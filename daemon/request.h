@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pd_request: one reply owed to a client, in the order the requests came.
+ * A DECRYPT request owns a pd_msg, the key set it started with, a bounded
+ * ciphertext buffer on each side of the worker hand-off and the encoded
+ * frames (METADATA, DATA, RESULT) not yet given to the session's writer.
+ * PING, STATS and KEYS replies are requests born complete.
+ *
+ * Threads: everything here runs on the loop thread; the engine calls
+ * (pd_msg_step, pd_msg_recover_key, pd_msg_free) run in pool jobs, at most
+ * one job per request at a time, which keeps output in order and lets the
+ * pd_msg move between workers without being shared.
+ *
+ * Back-pressure point (ii): no job is submitted while the request's unsent
+ * output is at its limit or, for the head request, while the session's
+ * write queue is above its high watermark.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "obuf.h"
+
+struct pd_session;
+struct pd_request;
+struct pd_decrypt_req;
+
+/** Begin a DECRYPT reply.  Admission (queue length) is decided here: an
+ * overloaded daemon answers RETRY at once and the request discards its input. */
+int pd_request_new_decrypt(struct pd_request **ret, struct pd_session *s, uint32_t id,
+                           const struct pd_decrypt_req *dr);
+/** A reply that is complete at birth: frames already encoded in out. */
+int pd_request_new_done(struct pd_request **ret, struct pd_session *s, uint32_t id, struct pd_obuf_list *out);
+/** Free (or, with a job in flight, detach and free when it returns). */
+void pd_request_free(struct pd_request *r);
+
+uint32_t pd_request_id(const struct pd_request *r);
+/** Free room for ciphertext (0 while the buffer is full). */
+size_t pd_request_room(const struct pd_request *r);
+/** Append ciphertext (len <= pd_request_room(), or anything once answered: discarded). */
+void pd_request_feed(struct pd_request *r, const uint8_t *p, size_t len);
+/** The client sent END. */
+void pd_request_end(struct pd_request *r);
+/** Whether the request still waits for ciphertext frames (DATA/END). */
+bool pd_request_receiving(const struct pd_request *r);
+/** Move output the session may write now into out; true once the terminal
+ * frame is among it (the request is then finished with, except for input). */
+bool pd_request_take_output(struct pd_request *r, struct pd_obuf_list *out, bool head);
+/** Conditions changed (write progress, became head): submit a job if one can go. */
+void pd_request_kick(struct pd_request *r);
+/** End the request now with status (timeout, shutdown); output not yet taken is dropped. */
+void pd_request_abort(struct pd_request *r, uint16_t status, const char *sentence);
+/** uv_now() time by which the request must be answered (0: none). */
+uint64_t pd_request_deadline(const struct pd_request *r);

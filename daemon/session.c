@@ -1,0 +1,937 @@
+/* SPDX-License-Identifier: MIT */
+/* One client connection: read buffer -> frame decoder -> ordered replies ->
+ * writer (see session.h). */
+#include <errno.h>
+#include <pwd.h>
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
+
+#include "pd-config.h"
+#include "daemon.h"
+#include "frame.h"
+#include "keys.h"
+#include "listen.h"
+#include "log.h"
+#include "pool.h"
+#include "request.h"
+#include "session.h"
+#include "status.h"
+
+#define RBUF_SIZE (64u << 10)
+#define FAIL_LINGER_MS 2000 /* an ERROR frame gets this long to leave */
+#define SWEEP_MS 250
+
+struct pd_session {
+	struct pd_session *prev, *next; /* pd_d.sessions */
+	struct pd_session *run_next;    /* wake list */
+	bool woken;
+	union {
+		uv_handle_t h;
+		uv_stream_t s;
+		uv_tcp_t tcp;
+		uv_pipe_t pipe;
+	} io;
+	struct pd_listener *ls;
+	enum pd_peer_kind kind;
+	bool linked;        /* in pd_d.sessions (every accepted connection) */
+	bool started;       /* counted in pd_d.n_sessions (accepted and not refused) */
+	char peer[64];      /* "uid 1000" / "192.0.2.1": per-peer limit key, debug logs */
+
+	struct pd_frame_decoder *dec;
+	uint8_t *rbuf;
+	size_t rstart, rend;
+	bool reading, eof, hello_done, closing, failing, throttled, shut;
+	uv_shutdown_t shutdown_req;
+
+	struct pd_request **reqs; /* ring of owed replies, oldest first */
+	unsigned rq_head, rq_n, rq_cap;
+	struct pd_request *rx;    /* receiving DATA/END (also in the ring) */
+	bool rx_discard;          /* DATA/END of an answered request are swallowed */
+	uint32_t rx_discard_id;
+
+	uint32_t max_frame;
+	unsigned max_inflight;
+	size_t wbytes;            /* handed to uv_write, not yet completed */
+	uint64_t last_activity, last_write, fail_time;
+};
+
+static struct {
+	uv_timer_t sweep;
+	uv_idle_t idle;
+	struct pd_session *run; /* woken sessions */
+	bool init;
+} g;
+
+static void process(struct pd_session *s);
+static void update_reading(struct pd_session *s);
+static void finish_fail(struct pd_session *s);
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
+static void on_idle(uv_idle_t *h);
+
+/* ---------------------------------------------------------------- */
+/* Reply ring */
+
+static struct pd_request *rq_at(const struct pd_session *s, unsigned i)
+{
+	return s->reqs[(s->rq_head + i) % s->rq_cap];
+}
+
+static int rq_push(struct pd_session *s, struct pd_request *r)
+{
+	if (s->rq_n == s->rq_cap) {
+		unsigned ncap = s->rq_cap ? s->rq_cap * 2 : 8;
+		struct pd_request **nv = malloc(ncap * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		for (unsigned i = 0; i < s->rq_n; i++)
+			nv[i] = rq_at(s, i);
+		free(s->reqs);
+		s->reqs = nv;
+		s->rq_head = 0;
+		s->rq_cap = ncap;
+	}
+	s->reqs[(s->rq_head + s->rq_n) % s->rq_cap] = r;
+	s->rq_n++;
+	return 0;
+}
+
+static struct pd_request *rq_pop(struct pd_session *s)
+{
+	struct pd_request *r = s->reqs[s->rq_head];
+	s->rq_head = (s->rq_head + 1) % s->rq_cap;
+	s->rq_n--;
+	return r;
+}
+
+static void drop_requests(struct pd_session *s)
+{
+	while (s->rq_n)
+		pd_request_free(rq_pop(s));
+	s->rx = NULL;
+}
+
+/* ---------------------------------------------------------------- */
+/* Close chain */
+
+static void on_close(uv_handle_t *h)
+{
+	struct pd_session *s = h->data;
+	pd_frame_decoder_free(s->dec);
+	free(s->rbuf);
+	free(s->reqs);
+	free(s);
+}
+
+void pd_session_close(struct pd_session *s)
+{
+	if (s->closing)
+		return;
+	s->closing = true;
+	if (s->woken) { /* on_close may run before the idle callback */
+		for (struct pd_session **pp = &g.run; *pp; pp = &(*pp)->run_next)
+			if (*pp == s) {
+				*pp = s->run_next;
+				break;
+			}
+		s->woken = false;
+	}
+	drop_requests(s);
+	if (s->linked) {
+		if (s->prev)
+			s->prev->next = s->next;
+		else
+			pd_d.sessions = s->next;
+		if (s->next)
+			s->next->prev = s->prev;
+	}
+	if (s->started)
+		pd_d.n_sessions--;
+	/* Pending writes complete with UV_ECANCELED before on_close. */
+	uv_close(&s->io.h, on_close);
+	pd_daemon_maybe_exit();
+}
+
+/* ---------------------------------------------------------------- */
+/* Writer */
+
+static void on_write(uv_write_t *wr, int status)
+{
+	struct pd_obuf *o = wr->data;
+	struct pd_session *s = o->owner;
+	size_t n = o->cap; /* bytes queued, stored at submission */
+
+	explicit_bzero(o->data, o->len);
+	free(o);
+	s->wbytes -= n;
+	s->last_write = uv_now(pd_d.loop);
+	if (s->closing)
+		return;
+	if (status < 0) {
+		pd_log_debug("NET", "%s: write failed: %s", s->peer, uv_strerror(status));
+		pd_session_close(s);
+		return;
+	}
+	if (s->failing) {
+		if (!s->wbytes)
+			finish_fail(s);
+		return;
+	}
+	if (s->throttled && s->wbytes <= pd_d.cfg->write_low_watermark) {
+		s->throttled = false;
+		pd_session_wake(s);
+	}
+}
+
+/* Write one buffer: try_write first (libuv refuses it while writes are
+ * queued, which keeps order), the rest with uv_write. */
+static void write_obuf(struct pd_session *s, struct pd_obuf *o)
+{
+	size_t off = 0;
+	int r;
+
+	if (s->closing) {
+		explicit_bzero(o->data, o->len);
+		free(o);
+		return;
+	}
+	if (!s->wbytes) {
+		uv_buf_t b = uv_buf_init((char *)o->data, (unsigned)o->len);
+		r = uv_try_write(&s->io.s, &b, 1);
+		if (r > 0)
+			off = (size_t)r;
+		else if (r != UV_EAGAIN && r != UV_ENOSYS) {
+			explicit_bzero(o->data, o->len);
+			free(o);
+			pd_log_debug("NET", "%s: write failed: %s", s->peer, uv_strerror(r));
+			pd_session_close(s);
+			return;
+		}
+	}
+	if (off == o->len) {
+		explicit_bzero(o->data, o->len);
+		free(o);
+		return;
+	}
+	uv_buf_t b = uv_buf_init((char *)o->data + off, (unsigned)(o->len - off));
+	o->owner = s;
+	o->cap = o->len - off; /* remembered for on_write */
+	o->wr.data = o;
+	if (!s->wbytes)
+		s->last_write = uv_now(pd_d.loop);
+	r = uv_write(&o->wr, &s->io.s, &b, 1, on_write);
+	if (r < 0) {
+		explicit_bzero(o->data, o->len);
+		free(o);
+		pd_session_close(s);
+		return;
+	}
+	s->wbytes += o->len - off;
+	if (s->wbytes >= pd_d.cfg->write_high_watermark)
+		s->throttled = true;
+}
+
+static void write_list(struct pd_session *s, struct pd_obuf_list *l)
+{
+	struct pd_obuf *o;
+	while ((o = pd_obuf_pop(l)))
+		write_obuf(s, o);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+	struct pd_session *s = req->data;
+	if (status < 0 && !s->closing)
+		pd_session_close(s);
+}
+
+/* The ERROR frame is out: half-close and wait for the peer's EOF (closing
+ * with its data unread would make TCP send a reset that can destroy the
+ * ERROR frame before the peer reads it); the sweep ends the linger. */
+static void finish_fail(struct pd_session *s)
+{
+	if (s->shut || s->closing)
+		return;
+	s->shut = true;
+	s->shutdown_req.data = s;
+	if (s->eof || uv_shutdown(&s->shutdown_req, &s->io.s, on_shutdown) < 0)
+		pd_session_close(s);
+}
+
+/* Send an ERROR frame and close once it is written (or after a linger). */
+static void session_fail(struct pd_session *s, uint16_t status, const char *sentence)
+{
+	if (s->failing || s->closing)
+		return;
+	if (status == PD_ST_PROTOCOL || status == PD_ST_VERSION)
+		pd_log_notice("PROTO", "closing connection: %s", sentence);
+	else
+		pd_log_debug("NET", "%s: closing: %s", s->peer, sentence);
+	s->failing = true;
+	s->fail_time = uv_now(pd_d.loop);
+	drop_requests(s);
+	s->rstart = s->rend = 0; /* from now on, input is read and dropped */
+	struct pd_obuf *o = pd_obuf_new(PD_FRAME_HELLO_MAX);
+	if (o) {
+		int n = pd_frame_encode_error(o->data, o->cap, status, pd_status_name(status), sentence);
+		if (n > 0) {
+			o->len = (size_t)n;
+			write_obuf(s, o);
+		} else {
+			free(o);
+		}
+	}
+	if (!s->closing && !s->wbytes)
+		finish_fail(s);
+	if (!s->closing)
+		update_reading(s);
+}
+
+void pd_session_refuse(struct pd_session *s, uint16_t status, const char *sentence)
+{
+	session_fail(s, status, sentence);
+}
+
+/* Move output of the head replies to the writer, in order. */
+static void flush(struct pd_session *s)
+{
+	while (s->rq_n && !s->closing && !s->failing) {
+		struct pd_request *r = rq_at(s, 0);
+		struct pd_obuf_list out = { 0 };
+		bool done = pd_request_take_output(r, &out, true);
+		write_list(s, &out);
+		if (!done || s->closing)
+			break;
+		rq_pop(s);
+		if (r == s->rx) { /* answered early: swallow the rest of its input */
+			s->rx = NULL;
+			s->rx_discard = true;
+			s->rx_discard_id = pd_request_id(r);
+		}
+		pd_request_free(r);
+		if (s->rq_n)
+			pd_request_kick(rq_at(s, 0)); /* it just became head */
+	}
+}
+
+/* ---------------------------------------------------------------- */
+/* Frames */
+
+static struct pd_obuf *frame_obuf(uint8_t type, uint32_t id, const void *p, size_t len)
+{
+	struct pd_obuf *o = pd_obuf_new(PD_FRAME_HDR_LEN + len);
+	if (!o)
+		return NULL;
+	int n = pd_frame_encode(o->data, o->cap, type, id, p, len);
+	if (n < 0) {
+		free(o);
+		return NULL;
+	}
+	o->len = (size_t)n;
+	return o;
+}
+
+static int ok_result(struct pd_obuf_list *l, uint32_t id, uint64_t bytes_out)
+{
+	struct pd_result res = { .status = PD_ST_OK, .bytes_out = bytes_out };
+	struct pd_obuf *o = pd_obuf_new(PD_FRAME_STRUCT_MAX);
+	if (!o)
+		return -ENOMEM;
+	snprintf(res.errname, sizeof(res.errname), "OK");
+	snprintf(res.sentence, sizeof(res.sentence), "ok");
+	int n = pd_frame_encode_result(o->data, o->cap, id, &res, NULL);
+	if (n < 0) {
+		free(o);
+		return n;
+	}
+	o->len = (size_t)n;
+	pd_obuf_push(l, o);
+	return 0;
+}
+
+static int build_stats(struct pd_session *s, uint32_t id, struct pd_obuf_list *l)
+{
+	size_t len;
+	char *text = pd_stats_render(&len);
+	if (!text)
+		return -ENOMEM;
+	for (size_t off = 0; off < len;) {
+		size_t n = len - off > s->max_frame ? s->max_frame : len - off;
+		struct pd_obuf *o = frame_obuf(PD_FT_DATA, id, text + off, n);
+		if (!o) {
+			free(text);
+			return -ENOMEM;
+		}
+		pd_obuf_push(l, o);
+		off += n;
+	}
+	free(text);
+	return ok_result(l, id, len);
+}
+
+static int build_keys(uint32_t id, struct pd_obuf_list *l)
+{
+	const struct pd_keyring *kr = pd_keyset_ring(pd_d.keys);
+	size_t n = pd_keyset_count(pd_d.keys), sent = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct pd_keyinfo ki;
+		if (pd_keyring_info(kr, i, &ki) < 0)
+			continue;
+		struct pd_obuf *o = pd_obuf_new(PD_FRAME_STRUCT_MAX);
+		if (!o)
+			return -ENOMEM;
+		int k = pd_frame_encode_key(o->data, o->cap, id, &ki);
+		if (k < 0) {
+			free(o);
+			return k;
+		}
+		o->len = (size_t)k;
+		pd_obuf_push(l, o);
+		sent++;
+	}
+	return ok_result(l, id, sent);
+}
+
+static bool id_in_use(const struct pd_session *s, uint32_t id)
+{
+	for (unsigned i = 0; i < s->rq_n; i++)
+		if (pd_request_id(rq_at(s, i)) == id)
+			return true;
+	return false;
+}
+
+static void handle_hello(struct pd_session *s, const uint8_t *p, size_t len)
+{
+	struct pd_hello h;
+	if (pd_parse_hello(p, len, PD_FROM_CLIENT, &h) < 0) {
+		session_fail(s, PD_ST_PROTOCOL, "malformed HELLO");
+		return;
+	}
+	if (h.version_min > PD_PROTO_VERSION || h.version_max < PD_PROTO_VERSION) {
+		session_fail(s, PD_ST_VERSION, "no common protocol version (this daemon speaks version 1)");
+		return;
+	}
+	struct pd_hello out = { 0 };
+	out.version_min = out.version_max = PD_PROTO_VERSION;
+	out.max_frame = s->max_frame;
+	out.max_message = pd_d.cfg->max_message_size;
+	out.max_inflight = s->max_inflight;
+	snprintf(out.software, sizeof(out.software), "pgpdecd %s", PD_VERSION);
+	struct pd_obuf *o = pd_obuf_new(PD_FRAME_HELLO_MAX);
+	int n = o ? pd_frame_encode_server_hello(o->data, o->cap, &out) : -ENOMEM;
+	if (n < 0) {
+		free(o);
+		session_fail(s, PD_ST_INTERNAL, "cannot encode HELLO");
+		return;
+	}
+	o->len = (size_t)n;
+	write_obuf(s, o);
+	s->hello_done = true;
+	pd_frame_decoder_set_max(s->dec, s->max_frame);
+}
+
+static void add_reply(struct pd_session *s, struct pd_request *r)
+{
+	if (rq_push(s, r) < 0) {
+		pd_request_free(r);
+		session_fail(s, PD_ST_OVERLOADED, "out of memory");
+	}
+}
+
+static void handle_frame(struct pd_session *s, const struct pd_frame_hdr *h, const uint8_t *p)
+{
+	struct pd_obuf_list l = { 0 };
+	struct pd_request *r;
+	char why[160];
+	int err;
+
+	if (!s->hello_done) {
+		if (h->type != PD_FT_HELLO)
+			session_fail(s, PD_ST_PROTOCOL, "the first frame must be HELLO");
+		else
+			handle_hello(s, p, h->len);
+		return;
+	}
+	switch (h->type) {
+	case PD_FT_HELLO:
+		session_fail(s, PD_ST_PROTOCOL, "HELLO sent twice");
+		return;
+	case PD_FT_ERROR:
+		pd_log_debug("NET", "%s: client sent ERROR", s->peer);
+		pd_session_close(s);
+		return;
+	case PD_FT_DATA:
+	case PD_FT_END:
+		if (s->rx && pd_request_id(s->rx) == h->id) {
+			if (h->type == PD_FT_DATA) {
+				pd_request_feed(s->rx, p, h->len);
+			} else {
+				pd_request_end(s->rx);
+				s->rx = NULL;
+			}
+		} else if (s->rx_discard && s->rx_discard_id == h->id) {
+			pd_d.stats.bytes_in += h->len;
+			if (h->type == PD_FT_END)
+				s->rx_discard = false;
+		} else {
+			snprintf(why, sizeof(why), "%s for request %u, which is not receiving",
+			         pd_frame_type_name(h->type), h->id);
+			session_fail(s, PD_ST_PROTOCOL, why);
+		}
+		return;
+	default:
+		break;
+	}
+	/* Every other frame begins a reply. */
+	if (s->rx || s->rx_discard) {
+		snprintf(why, sizeof(why), "%s before END of request %u", pd_frame_type_name(h->type),
+		         s->rx ? pd_request_id(s->rx) : s->rx_discard_id);
+		session_fail(s, PD_ST_PROTOCOL, why);
+		return;
+	}
+	if (id_in_use(s, h->id)) {
+		snprintf(why, sizeof(why), "request id %u is already in use", h->id);
+		session_fail(s, PD_ST_PROTOCOL, why);
+		return;
+	}
+	switch (h->type) {
+	case PD_FT_DECRYPT: {
+		struct pd_decrypt_req dr;
+		if (pd_parse_decrypt(p, h->len, &dr) < 0) {
+			/* A request this version cannot honour: refuse it, keep the connection. */
+			struct pd_obuf *o = NULL;
+			struct pd_result res = { .status = PD_ST_BAD_REQUEST };
+			snprintf(res.errname, sizeof(res.errname), "%s", pd_status_name(PD_ST_BAD_REQUEST));
+			snprintf(res.sentence, sizeof(res.sentence), "unknown flag or critical option in DECRYPT");
+			o = pd_obuf_new(PD_FRAME_STRUCT_MAX);
+			int n = o ? pd_frame_encode_result(o->data, o->cap, h->id, &res, NULL) : -ENOMEM;
+			if (n < 0) {
+				free(o);
+				session_fail(s, PD_ST_INTERNAL, "out of memory");
+				return;
+			}
+			o->len = (size_t)n;
+			pd_obuf_push(&l, o);
+			err = pd_request_new_done(&r, s, h->id, &l);
+			if (err < 0) {
+				pd_obuf_list_clear(&l);
+				session_fail(s, PD_ST_OVERLOADED, "out of memory");
+				return;
+			}
+			s->rx_discard = true;
+			s->rx_discard_id = h->id;
+			add_reply(s, r);
+			return;
+		}
+		err = pd_request_new_decrypt(&r, s, h->id, &dr);
+		if (err < 0) {
+			session_fail(s, PD_ST_OVERLOADED, "out of memory");
+			return;
+		}
+		add_reply(s, r);
+		if (!s->failing)
+			s->rx = r;
+		return;
+	}
+	case PD_FT_PING: {
+		struct pd_obuf *o = frame_obuf(PD_FT_PONG, h->id, p, h->len);
+		if (o)
+			pd_obuf_push(&l, o);
+		err = o ? 0 : -ENOMEM;
+		break;
+	}
+	case PD_FT_STATS:
+		err = build_stats(s, h->id, &l);
+		break;
+	case PD_FT_KEYS:
+		err = build_keys(h->id, &l);
+		break;
+	default:
+		snprintf(why, sizeof(why), "unexpected %s frame", pd_frame_type_name(h->type));
+		session_fail(s, PD_ST_PROTOCOL, why);
+		return;
+	}
+	if (err == 0)
+		err = pd_request_new_done(&r, s, h->id, &l);
+	if (err < 0) {
+		pd_obuf_list_clear(&l);
+		session_fail(s, PD_ST_OVERLOADED, "out of memory");
+		return;
+	}
+	add_reply(s, r);
+}
+
+/* ---------------------------------------------------------------- */
+/* Read side */
+
+/* Back-pressure point (i): may the next frame be taken? */
+static bool can_take_frame(const struct pd_session *s)
+{
+	if (s->throttled)
+		return false;
+	if (s->rx)
+		return pd_request_room(s->rx) >= s->max_frame;
+	if (!s->rx_discard && s->rq_n >= s->max_inflight)
+		return false;
+	return true;
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+	struct pd_session *s = h->data;
+	*buf = uv_buf_init((char *)s->rbuf + s->rend, (unsigned)(RBUF_SIZE - s->rend));
+}
+
+static void update_reading(struct pd_session *s)
+{
+	bool want = !s->closing && !s->eof && s->rend < RBUF_SIZE;
+	if (want && !s->reading) {
+		if (uv_read_start(&s->io.s, on_alloc, on_read) == 0)
+			s->reading = true;
+	} else if (!want && s->reading) {
+		uv_read_stop(&s->io.s);
+		s->reading = false;
+	}
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+	struct pd_session *s = st->data;
+
+	if (nread == 0 || s->closing)
+		return;
+	if (s->failing) { /* after ERROR: drain until the peer closes */
+		if (nread < 0)
+			pd_session_close(s);
+		return;
+	}
+	if (nread < 0) {
+		if (nread != UV_EOF) {
+			pd_log_debug("NET", "%s: read failed: %s", s->peer, uv_strerror((int)nread));
+			pd_session_close(s);
+			return;
+		}
+		s->eof = true;
+		uv_read_stop(&s->io.s);
+		s->reading = false;
+	} else {
+		s->rend += (size_t)nread;
+		s->last_activity = uv_now(pd_d.loop);
+	}
+	process(s);
+}
+
+static void process(struct pd_session *s)
+{
+	if (s->closing)
+		return;
+	while (!s->failing && !s->closing && s->rstart < s->rend && can_take_frame(s)) {
+		struct pd_frame_hdr h;
+		const uint8_t *p;
+		size_t used = 0;
+		int r = pd_frame_decode(s->dec, s->rbuf + s->rstart, s->rend - s->rstart, &used, &h, &p);
+		s->rstart += used;
+		if (r < 0) {
+			char why[200];
+			snprintf(why, sizeof(why), "%s", pd_frame_decoder_detail(s->dec));
+			session_fail(s, PD_ST_PROTOCOL, *why ? why : "protocol violation");
+			break;
+		}
+		if (r == 0)
+			break;
+		handle_frame(s, &h, p);
+	}
+	if (s->closing)
+		return;
+	if (s->rstart == s->rend) {
+		s->rstart = s->rend = 0;
+	} else if (s->rstart > RBUF_SIZE / 2) {
+		memmove(s->rbuf, s->rbuf + s->rstart, s->rend - s->rstart);
+		s->rend -= s->rstart;
+		s->rstart = 0;
+	}
+	flush(s);
+	if (s->closing || s->failing)
+		return;
+	if (s->eof) {
+		/* The client will send nothing more.  A frame cut short is a
+		 * protocol error; a request without END can never finish. */
+		if (pd_frame_decoder_pending(s->dec) && s->rstart == s->rend) {
+			session_fail(s, PD_ST_PROTOCOL, "connection closed in the middle of a frame");
+			return;
+		}
+		if (s->rx && s->rstart == s->rend) {
+			pd_request_abort(s->rx, PD_ST_TRUNCATED, "connection closed before END");
+			s->rx = NULL;
+			flush(s);
+		}
+		if (!s->rq_n && !s->wbytes && !s->closing) {
+			pd_session_close(s);
+			return;
+		}
+	}
+	if (pd_d.stopping && !s->rq_n && !s->rx && !s->rx_discard) {
+		session_fail(s, PD_ST_SHUTTING_DOWN, "the daemon is stopping");
+		return;
+	}
+	update_reading(s);
+}
+
+/* ---------------------------------------------------------------- */
+/* Wake list: deferred processing at the loop's top level */
+
+void pd_session_wake(struct pd_session *s)
+{
+	if (!s || s->woken || s->closing)
+		return;
+	s->woken = true;
+	s->run_next = g.run;
+	g.run = s;
+	uv_idle_start(&g.idle, on_idle);
+}
+
+static void on_idle(uv_idle_t *h)
+{
+	while (g.run) {
+		struct pd_session *s = g.run;
+		g.run = s->run_next;
+		s->woken = false;
+		process(s);
+	}
+	uv_idle_stop(h);
+}
+
+bool pd_session_write_pressure(const struct pd_session *s) { return s->throttled; }
+uint32_t pd_session_max_frame(const struct pd_session *s) { return s->max_frame; }
+
+/* ---------------------------------------------------------------- */
+/* Life cycle */
+
+struct pd_session *pd_session_alloc(struct pd_listener *ls, enum pd_peer_kind kind)
+{
+	struct pd_session *s = calloc(1, sizeof(*s));
+	int r;
+	if (!s)
+		return NULL;
+	s->ls = ls;
+	s->kind = kind;
+	r = kind == PD_PEER_TCP ? uv_tcp_init(pd_d.loop, &s->io.tcp) : uv_pipe_init(pd_d.loop, &s->io.pipe, 0);
+	if (r < 0) {
+		free(s);
+		return NULL;
+	}
+	s->io.h.data = s;
+	s->linked = true;
+	s->next = pd_d.sessions;
+	if (s->next)
+		s->next->prev = s;
+	pd_d.sessions = s;
+	return s;
+}
+
+uv_stream_t *pd_session_stream(struct pd_session *s) { return &s->io.s; }
+
+static int peer_count(const char *peer)
+{
+	int n = 0;
+	for (struct pd_session *x = pd_d.sessions; x; x = x->next)
+		n += x->started && !x->closing && !strcmp(x->peer, peer);
+	return n;
+}
+
+static bool name_matches_id(const char *name, unsigned long id, bool group)
+{
+	char *end;
+	unsigned long v = strtoul(name, &end, 10);
+	if (*name && !*end)
+		return v == id;
+	if (group) {
+		struct group *gr = getgrnam(name);
+		return gr && gr->gr_gid == id;
+	}
+	struct passwd *pw = getpwnam(name);
+	return pw && pw->pw_uid == id;
+}
+
+/* SO_PEERCRED allow-lists: a peer passes if either list is empty... no:
+ * if no list is set anyone who can open the socket is served; otherwise the
+ * uid must be listed, or the primary or a supplementary group of the user. */
+static bool peer_allowed(const struct ucred *cr)
+{
+	const struct pd_config *c = pd_d.cfg;
+	if (!c->allow_users.n && !c->allow_groups.n)
+		return true;
+	for (size_t i = 0; i < c->allow_users.n; i++)
+		if (name_matches_id(c->allow_users.v[i], cr->uid, false))
+			return true;
+	for (size_t i = 0; i < c->allow_groups.n; i++) {
+		if (name_matches_id(c->allow_groups.v[i], cr->gid, true))
+			return true;
+		struct passwd *pw = getpwuid(cr->uid);
+		if (pw) {
+			gid_t groups[256];
+			int ng = 256;
+			if (getgrouplist(pw->pw_name, pw->pw_gid, groups, &ng) >= 0)
+				for (int k = 0; k < ng; k++)
+					if (name_matches_id(c->allow_groups.v[i], groups[k], true))
+						return true;
+		}
+	}
+	return false;
+}
+
+void pd_session_start(struct pd_session *s)
+{
+	const struct pd_config *c = pd_d.cfg;
+	uv_os_fd_t fd = -1;
+	int r;
+
+	s->max_frame = c->max_frame_size;
+	s->max_inflight = c->max_requests_per_connection;
+	s->last_activity = s->last_write = uv_now(pd_d.loop);
+	s->rbuf = malloc(RBUF_SIZE);
+	r = s->rbuf ? pd_frame_decoder_new(&s->dec, PD_FROM_CLIENT, PD_FRAME_HELLO_MAX) : -ENOMEM;
+	if (r < 0) {
+		pd_session_close(s);
+		return;
+	}
+	uv_fileno(&s->io.h, &fd);
+	if (s->kind == PD_PEER_UNIX) {
+		struct ucred cr;
+		socklen_t len = sizeof(cr);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {
+			pd_session_close(s);
+			return;
+		}
+		snprintf(s->peer, sizeof(s->peer), "uid %u", (unsigned)cr.uid);
+		if (!peer_allowed(&cr)) {
+			pd_d.stats.connections_refused++;
+			pd_log_notice("NET", "access denied to unix peer uid %u gid %u pid %d on %s",
+			              (unsigned)cr.uid, (unsigned)cr.gid, (int)cr.pid, pd_listener_name(s->ls));
+			session_fail(s, PD_ST_ACCESS_DENIED, "access denied");
+			return;
+		}
+	} else {
+		struct sockaddr_storage ss;
+		int len = sizeof(ss);
+		char host[INET6_ADDRSTRLEN] = "?";
+		if (uv_tcp_getpeername(&s->io.tcp, (struct sockaddr *)&ss, &len) == 0) {
+			if (ss.ss_family == AF_INET)
+				uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof(host));
+			else if (ss.ss_family == AF_INET6)
+				uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof(host));
+		}
+		snprintf(s->peer, sizeof(s->peer), "%s", host);
+		uv_tcp_nodelay(&s->io.tcp, 1);
+	}
+	if (pd_d.stopping) {
+		session_fail(s, PD_ST_SHUTTING_DOWN, "the daemon is stopping");
+		return;
+	}
+	if (pd_d.n_sessions >= c->max_connections) {
+		pd_d.stats.connections_refused++;
+		pd_log_warn("NET", "max-connections (%u) reached: refusing a connection", c->max_connections);
+		session_fail(s, PD_ST_OVERLOADED, "too many connections; retry later");
+		return;
+	}
+	if (c->max_connections_per_peer && peer_count(s->peer) >= (int)c->max_connections_per_peer) {
+		pd_d.stats.connections_refused++;
+		pd_log_warn("NET", "max-connections-per-peer (%u) reached: refusing a connection",
+		            c->max_connections_per_peer);
+		session_fail(s, PD_ST_OVERLOADED, "too many connections from this peer; retry later");
+		return;
+	}
+	s->started = true;
+	pd_d.n_sessions++;
+	pd_d.stats.connections_total++;
+	pd_log_debug("NET", "%s: connected on %s", s->peer, pd_listener_name(s->ls));
+	if (uv_read_start(&s->io.s, on_alloc, on_read) == 0)
+		s->reading = true;
+	else
+		pd_session_close(s);
+}
+
+/* ---------------------------------------------------------------- */
+/* Timeouts and shutdown */
+
+static void sweep_one(struct pd_session *s, uint64_t now)
+{
+	const struct pd_config *c = pd_d.cfg;
+
+	if (s->failing) {
+		if (now - s->fail_time > FAIL_LINGER_MS)
+			pd_session_close(s);
+		return;
+	}
+	if (s->wbytes && c->write_timeout_ms && now - s->last_write > c->write_timeout_ms) {
+		pd_log_notice("NET", "peer read nothing for %llu ms: closing its connection",
+		              (unsigned long long)(now - s->last_write));
+		pd_session_close(s);
+		return;
+	}
+	for (unsigned i = 0; i < s->rq_n; i++) {
+		struct pd_request *r = rq_at(s, i);
+		uint64_t d = pd_request_deadline(r);
+		if (d && now >= d) {
+			pd_log_notice("REQ", "request timed out after message-timeout (%llu ms)",
+			              (unsigned long long)c->message_timeout_ms);
+			pd_request_abort(r, PD_ST_TIMEOUT, "message-timeout exceeded");
+		}
+	}
+	if (!s->rq_n && !s->rx && !s->wbytes && c->idle_timeout_ms &&
+	    now - s->last_activity > c->idle_timeout_ms) {
+		session_fail(s, PD_ST_TIMEOUT, "idle timeout");
+		return;
+	}
+	process(s);
+}
+
+static void on_sweep(uv_timer_t *t)
+{
+	uint64_t now = uv_now(pd_d.loop);
+	struct pd_session *s = pd_d.sessions, *next;
+	for (; s; s = next) {
+		next = s->next; /* s may close (unlinks itself, memory stays until on_close) */
+		sweep_one(s, now);
+	}
+}
+
+int pd_sessions_init(uv_loop_t *loop)
+{
+	int r = uv_timer_init(loop, &g.sweep);
+	if (r == 0)
+		r = uv_idle_init(loop, &g.idle);
+	if (r < 0)
+		return r;
+	g.init = true;
+	uv_unref((uv_handle_t *)&g.sweep);
+	return uv_timer_start(&g.sweep, on_sweep, SWEEP_MS, SWEEP_MS);
+}
+
+void pd_sessions_drain(void)
+{
+	for (struct pd_session *s = pd_d.sessions; s; s = s->next)
+		pd_session_wake(s);
+}
+
+void pd_sessions_close_all(void)
+{
+	struct pd_session *s, *next;
+	for (s = pd_d.sessions; s; s = next) {
+		next = s->next;
+		pd_session_close(s);
+	}
+}
+
+void pd_sessions_deinit(void)
+{
+	if (!g.init)
+		return;
+	uv_timer_stop(&g.sweep);
+	uv_close((uv_handle_t *)&g.sweep, NULL);
+	uv_close((uv_handle_t *)&g.idle, NULL);
+	g.init = false;
+}

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pd_session: one client connection.  Layers, bottom up: the libuv stream
+ * (unix or TCP), [TLS], the proto frame decoder, the ordered list of
+ * replies (pd_request).  Owns the read buffer, the write accounting and the
+ * close chain; memory is freed only from the uv_close callback.
+ *
+ * Back-pressure point (i): frames are taken from the read buffer only while
+ * the write queue is below the high watermark (hysteresis down to the low
+ * watermark), the receiving request has room for a whole frame and, between
+ * requests, fewer than max-requests-per-connection replies are owed; the
+ * socket is read only while the read buffer has room.  So a client that
+ * does not read its plaintext stops the daemon reading its ciphertext.
+ *
+ * Re-entrancy: requests never call into session processing; they only mark
+ * the session (pd_session_wake) and the loop processes it later, at the top
+ * level, so no callback can free an object further up its own stack.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+struct pd_session;
+struct pd_listener;
+
+enum pd_peer_kind { PD_PEER_UNIX = 1, PD_PEER_TCP = 2 };
+
+/** Allocate a session whose stream handle the listener accepts into. */
+struct pd_session *pd_session_alloc(struct pd_listener *ls, enum pd_peer_kind kind);
+/** The stream to uv_accept() into (already initialised on the loop). */
+uv_stream_t *pd_session_stream(struct pd_session *s);
+/** Start serving an accepted connection (checks peer limits and allow-lists). */
+void pd_session_start(struct pd_session *s);
+/** Refuse an accepted connection with an ERROR frame and close it. */
+void pd_session_refuse(struct pd_session *s, uint16_t status, const char *sentence);
+/** Close without a word (the close callback frees). */
+void pd_session_close(struct pd_session *s);
+
+/** Something changed for this session (output ready, input room): process it soon. */
+void pd_session_wake(struct pd_session *s);
+/** Whether the session's write queue is above its high watermark. */
+bool pd_session_write_pressure(const struct pd_session *s);
+/** Payload limit announced to this client. */
+uint32_t pd_session_max_frame(const struct pd_session *s);
+
+/** Start the periodic sweep (timeouts) and the deferred-processing handle. */
+int pd_sessions_init(uv_loop_t *loop);
+/** Shutdown: idle sessions get ERROR SHUTTING_DOWN, busy ones finish first. */
+void pd_sessions_drain(void);
+/** Close every session now (drain deadline passed). */
+void pd_sessions_close_all(void);
+/** Stop the sweep and deferred-processing handles. */
+void pd_sessions_deinit(void);

@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: MIT */
+/* Counters and their Prometheus text exposition (the STATS reply). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "keys.h"
+#include "pool.h"
+#include "status.h"
+
+static const double bounds[PD_LAT_BUCKETS] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                0.25, 0.5, 1, 2.5, 5, 10, 30 };
+
+void pd_stats_request(uint16_t status, double seconds)
+{
+	struct pd_stats *st = &pd_d.stats;
+	st->requests[status < 63 ? status : 63]++;
+	size_t i = 0;
+	while (i < PD_LAT_BUCKETS && seconds > bounds[i])
+		i++;
+	st->lat_count[i]++;
+	st->lat_sum += seconds;
+}
+
+struct sbuf {
+	char *p;
+	size_t len, cap;
+	bool oom;
+};
+
+static void put(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct sbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	for (;;) {
+		if (b->oom)
+			return;
+		va_start(ap, fmt);
+		int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->oom = true;
+			return;
+		}
+		if ((size_t)n < b->cap - b->len) {
+			b->len += (size_t)n;
+			return;
+		}
+		size_t ncap = b->cap * 2 + (size_t)n;
+		char *np = realloc(b->p, ncap);
+		if (!np) {
+			b->oom = true;
+			return;
+		}
+		b->p = np;
+		b->cap = ncap;
+	}
+}
+
+char *pd_stats_render(size_t *ret_len)
+{
+	const struct pd_stats *st = &pd_d.stats;
+	struct sbuf b = { malloc(4096), 0, 4096, false };
+	if (!b.p)
+		return NULL;
+
+	put(&b, "# HELP pgpdecd_requests_total Decryption requests answered, by status.\n"
+	        "# TYPE pgpdecd_requests_total counter\n");
+	for (unsigned s = 0; s < 64; s++)
+		if (st->requests[s] || s == 0)
+			put(&b, "pgpdecd_requests_total{status=\"%s\"} %llu\n", s == 63 ? "OTHER" : pd_status_name((uint16_t)s),
+			    (unsigned long long)st->requests[s]);
+	put(&b, "# HELP pgpdecd_bytes_in_total Ciphertext bytes received.\n"
+	        "# TYPE pgpdecd_bytes_in_total counter\npgpdecd_bytes_in_total %llu\n",
+	    (unsigned long long)st->bytes_in);
+	put(&b, "# HELP pgpdecd_bytes_out_total Plaintext bytes produced.\n"
+	        "# TYPE pgpdecd_bytes_out_total counter\npgpdecd_bytes_out_total %llu\n",
+	    (unsigned long long)st->bytes_out);
+	put(&b, "# HELP pgpdecd_in_flight Decryptions in progress.\n"
+	        "# TYPE pgpdecd_in_flight gauge\npgpdecd_in_flight %u\n", pd_d.n_active);
+	put(&b, "# HELP pgpdecd_queue_depth Jobs waiting for a worker.\n"
+	        "# TYPE pgpdecd_queue_depth gauge\npgpdecd_queue_depth %u\n",
+	    pd_d.pool ? pd_pool_queued(pd_d.pool) : 0);
+	put(&b, "# HELP pgpdecd_workers Worker threads.\n"
+	        "# TYPE pgpdecd_workers gauge\npgpdecd_workers %u\n", pd_d.pool ? pd_pool_threads(pd_d.pool) : 0);
+	put(&b, "# HELP pgpdecd_connections Open connections.\n"
+	        "# TYPE pgpdecd_connections gauge\npgpdecd_connections %u\n", pd_d.n_sessions);
+	put(&b, "# HELP pgpdecd_connections_total Connections accepted.\n"
+	        "# TYPE pgpdecd_connections_total counter\npgpdecd_connections_total %llu\n",
+	    (unsigned long long)st->connections_total);
+	put(&b, "# HELP pgpdecd_connections_refused_total Connections refused (limits, access).\n"
+	        "# TYPE pgpdecd_connections_refused_total counter\npgpdecd_connections_refused_total %llu\n",
+	    (unsigned long long)st->connections_refused);
+	put(&b, "# HELP pgpdecd_keys_loaded Decryption-capable secret (sub)keys loaded.\n"
+	        "# TYPE pgpdecd_keys_loaded gauge\npgpdecd_keys_loaded %zu\n",
+	    pd_d.keys ? pd_keyset_count(pd_d.keys) : 0);
+	put(&b, "# HELP pgpdecd_reloads_total Reloads (SIGHUP), by outcome.\n"
+	        "# TYPE pgpdecd_reloads_total counter\n"
+	        "pgpdecd_reloads_total{result=\"ok\"} %llu\npgpdecd_reloads_total{result=\"failed\"} %llu\n",
+	    (unsigned long long)st->reloads, (unsigned long long)st->reload_failures);
+	put(&b, "# HELP pgpdecd_request_duration_seconds Time from DECRYPT to the result.\n"
+	        "# TYPE pgpdecd_request_duration_seconds histogram\n");
+	uint64_t cum = 0;
+	for (size_t i = 0; i < PD_LAT_BUCKETS; i++) {
+		cum += st->lat_count[i];
+		put(&b, "pgpdecd_request_duration_seconds_bucket{le=\"%g\"} %llu\n", bounds[i], (unsigned long long)cum);
+	}
+	cum += st->lat_count[PD_LAT_BUCKETS];
+	put(&b, "pgpdecd_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+	put(&b, "pgpdecd_request_duration_seconds_sum %.6f\npgpdecd_request_duration_seconds_count %llu\n",
+	    st->lat_sum, (unsigned long long)cum);
+	if (b.oom) {
+		free(b.p);
+		return NULL;
+	}
+	*ret_len = b.len;
+	return b.p;
+}
