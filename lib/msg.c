@@ -101,6 +101,7 @@ struct pd_msg {
 	struct layer layers[LAYERS_MAX];
 	size_t depth;          /* layers in use */
 	uint8_t *coll;         /* COLL_MAX octets */
+	size_t coll_hw;        /* octets of coll ever written (wiped at the end) */
 	uint32_t npackets;
 	/* outer layer */
 	struct esk *esks;
@@ -748,6 +749,7 @@ static int run_deepest(struct pd_msg *m, uint8_t *out, size_t cap, size_t *ret_l
 				size_t k = PD_MIN(n, L->cwant - L->chave);
 				memcpy(m->coll + L->chave, p, k);
 				L->chave += k;
+				m->coll_hw = PD_MAX(m->coll_hw, L->chave);
 				body_consume(L, k);
 				*progress = true;
 				if (L->chave < L->cwant)
@@ -976,7 +978,7 @@ struct pd_msg *pd_msg_free(struct pd_msg *m, struct pd_worker *w)
 	}
 	free(m->esks);
 	if (m->coll) {
-		pd_wipe(m->coll, COLL_MAX);
+		pd_wipe(m->coll, m->coll_hw);
 		free(m->coll);
 	}
 	if (m->sk) {
