@@ -74,7 +74,7 @@ struct pd_limits { /* public, by value */
 	uint64_t max_input;         /* ciphertext bytes per message (0 = unlimited) */
 	uint32_t max_ratio;         /* decompressed/compressed ratio, checked after ratio_grace bytes */
 	uint64_t ratio_grace;       /* output allowed before the ratio limit applies */
-	uint32_t max_depth;         /* nesting of compressed packets (and containers) */
+	uint32_t max_depth;         /* compressed packets nested in each other (at most 14) */
 	uint32_t max_packets;       /* packets per message, all layers */
 	uint32_t max_partials;      /* partial-length parts per packet */
 	uint32_t max_esk;           /* PKESK/SKESK packets per message */

@@ -64,6 +64,7 @@ static void usage(FILE *f)
 	      "  --max-output N         limit on plaintext bytes (0 = unlimited)\n"
 	      "  --max-ratio N          limit on the decompression ratio\n"
 	      "  --max-depth N          limit on compressed-packet nesting\n"
+	      "  --max-argon2-kib N     cap on the Argon2 memory of password-encrypted messages\n"
 	      "  --info                 print the message metadata as one JSON object on stderr\n"
 	      "  -o, --output OUT       write the plaintext to OUT (created only on success)\n"
 	      "  --bench                decrypt IN repeatedly for >= 2 s and print MB/s\n"
@@ -520,7 +521,7 @@ static int bench(const struct opts *o, struct pd_keyring *kr, struct pd_worker *
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	enum { O_KEY = 256, O_PASSPHRASE, O_PASSWORD, O_BACKEND, O_SLICE, O_SED, O_MAXOUT,
-	       O_MAXRATIO, O_MAXDEPTH, O_INFO, O_BENCH, O_BENCHSEC };
+	       O_MAXRATIO, O_MAXDEPTH, O_MAXARGON2, O_INFO, O_BENCH, O_BENCHSEC };
 	static const struct option lo[] = {
 		{ "key", required_argument, NULL, O_KEY },
 		{ "passphrase-file", required_argument, NULL, O_PASSPHRASE },
@@ -531,6 +532,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "max-output", required_argument, NULL, O_MAXOUT },
 		{ "max-ratio", required_argument, NULL, O_MAXRATIO },
 		{ "max-depth", required_argument, NULL, O_MAXDEPTH },
+		{ "max-argon2-kib", required_argument, NULL, O_MAXARGON2 },
 		{ "info", no_argument, NULL, O_INFO },
 		{ "output", required_argument, NULL, 'o' },
 		{ "bench", no_argument, NULL, O_BENCH },
@@ -593,6 +595,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 				return -EINVAL;
 			}
 			o->lim.max_depth = (uint32_t)v;
+			break;
+		case O_MAXARGON2:
+			if (parse_u64(optarg, &v) < 0 || v > UINT32_MAX) {
+				fprintf(stderr, "pd-decrypt: bad --max-argon2-kib '%s'\n", optarg);
+				return -EINVAL;
+			}
+			o->lim.max_argon2_kib = (uint32_t)v;
 			break;
 		case O_INFO: o->info = true; break;
 		case 'o': o->out = optarg; break;

@@ -23,9 +23,9 @@
 #define MAX_MPI_BITS 16392u       /* RSA/ElGamal up to 16384 bits (and a little slack) */
 #define MAX_KEYS 4096             /* (sub)keys in one ring */
 /* Key files are configuration, not attacker input, but still capped: the
- * RFC 9580 A.5 example (Argon2id, 2 GiB) must load. */
+ * RFC 9580 A.5 example (Argon2id, 2 GiB) must load.  Other S2K caps are
+ * pd_limits_default()'s. */
 #define KEYRING_MAX_ARGON2_KIB (1u << 21)
-#define KEYRING_MAX_S2K_COUNT 65011712u
 
 struct pd_keyring {
 	enum pd_rsa_backend backend;
@@ -430,9 +430,11 @@ static int unprotect(struct ctx *c, const struct pd_key *k, uint8_t tag, uint8_t
                      const uint8_t *pub, size_t publen, const uint8_t *data, size_t dlen,
                      uint8_t *out, size_t *ret_len)
 {
-	static const struct pd_limits lim = {
-		.max_argon2_kib = KEYRING_MAX_ARGON2_KIB, .max_s2k_count = KEYRING_MAX_S2K_COUNT,
-	};
+	struct pd_limits lim;
+	pd_limits_default(&lim);
+	/* Key files come from the operator, not from senders: allow the
+	 * RFC 9580 A.5 cost (2 GiB) that the message default refuses. */
+	lim.max_argon2_kib = PD_MAX(lim.max_argon2_kib, KEYRING_MAX_ARGON2_KIB);
 	size_t keylen = pd_sym_keylen(cipher);
 	int galgo = pd_sym_gcry(cipher);
 	uint8_t *kek = gcry_malloc_secure(64);

@@ -157,10 +157,12 @@ static int decrypt_gcrypt(const struct pd_key *k, const uint8_t *c, uint8_t *out
 		r = pd_err_from_gcry(e);
 		goto out;
 	}
-	/* (flags raw) gives (value EM); older forms give a bare MPI. */
-	gcry_sexp_t v = gcry_sexp_find_token(res, "value", 0);
-	m = v ? gcry_sexp_nth_mpi(v, 1, GCRYMPI_FMT_USG) : gcry_sexp_nth_mpi(res, 0, GCRYMPI_FMT_USG);
-	gcry_sexp_release(v);
+	/* (flags raw) gives (value EM); older forms give a bare MPI.  Read in
+	 * place: gcry_sexp_find_token would copy EM into ordinary memory. */
+	size_t tn = 0;
+	const char *t = gcry_sexp_nth_data(res, 0, &tn);
+	bool is_value = t && tn == 5 && memcmp(t, "value", 5) == 0;
+	m = gcry_sexp_nth_mpi(res, is_value ? 1 : 0, GCRYMPI_FMT_USG);
 	r = PD_EINTERNAL;
 	if (!m)
 		goto out;

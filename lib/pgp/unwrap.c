@@ -116,7 +116,8 @@ int pd_pkesk_parse(const uint8_t *body, size_t len, struct pd_pkesk *ret)
 
 /*
  * The session-key payload is [algo (v3)] || key || csum16.  The candidates
- * are the known symmetric algorithms (v3) or sym_algo alone (v6); each has a
+ * are the known symmetric algorithms, or sym_algo alone when the container
+ * names its cipher (always for v6, the OCB packet for v3); each has a
  * public key length and so a public position in buf: at the end of buf
  * (right, PKCS#1) or at its start (ECDH).  For every candidate, in a loop
  * whose trip count depends on public values only, compute the mask
@@ -126,9 +127,9 @@ int pd_pkesk_parse(const uint8_t *body, size_t len, struct pd_pkesk *ret)
  * length found by the unpadding, base_ok its own verdict.  Returns the mask.
  */
 static uint32_t select_payload(const uint8_t *buf, size_t len, bool right, size_t min_off, uint32_t plen,
-                               uint8_t sym_algo, uint32_t base_ok, struct pd_sesskey *out)
+                               bool v3, uint8_t sym_algo, uint32_t base_ok, struct pd_sesskey *out)
 {
-	const size_t v3 = sym_algo == 0;
+	const size_t a = v3; /* the algorithm octet in front of the key */
 	uint32_t ok = 0;
 
 	for (unsigned id = 1; id < 256; id++) {
@@ -137,13 +138,13 @@ static uint32_t select_payload(const uint8_t *buf, size_t len, bool right, size_
 		size_t kl = pd_sym_keylen((int)id); /* public: id is the loop counter */
 		if (!kl || kl > sizeof(out->key))
 			continue;
-		size_t need = v3 + kl + 2;
+		size_t need = a + kl + 2;
 		if (need > len)
 			continue;
 		size_t off = right ? len - need : 0;
 		if (off < min_off)
 			continue;
-		const uint8_t *pl = buf + off, *key = pl + v3;
+		const uint8_t *pl = buf + off, *key = pl + a;
 
 		uint32_t m = base_ok & pd_ct_eq32(plen, (uint32_t)need);
 		if (v3)
@@ -162,8 +163,10 @@ static uint32_t select_payload(const uint8_t *buf, size_t len, bool right, size_
 	return ok;
 }
 
-uint32_t pd_pkcs1_decode_sesskey(const uint8_t *em, size_t k, uint8_t sym_algo,
-                                 const struct pd_sesskey *fallback, struct pd_sesskey *out)
+/* EME-PKCS1-v1_5 + session-key decode; v3: an algorithm octet is present
+ * (and must equal sym_algo when that is not 0). */
+static uint32_t pkcs1_decode(const uint8_t *em, size_t k, bool v3, uint8_t sym_algo,
+                             const struct pd_sesskey *fallback, struct pd_sesskey *out)
 {
 	/* Start from the fallback; a matching candidate overwrites it under its mask. */
 	memmove(out, fallback, sizeof(*out));
@@ -186,7 +189,13 @@ uint32_t pd_pkcs1_decode_sesskey(const uint8_t *em, size_t k, uint8_t sym_algo,
 	 * k - 1 - sep to match the candidate exactly, which pins sep. */
 	ok &= ~pd_ct_lt32(sep, 10);
 	uint32_t plen = (uint32_t)k - 1 - sep;
-	return select_payload(em, k, true, 11, plen, sym_algo, ct_barrier(ok), out);
+	return select_payload(em, k, true, 11, plen, v3, sym_algo, ct_barrier(ok), out);
+}
+
+uint32_t pd_pkcs1_decode_sesskey(const uint8_t *em, size_t k, uint8_t sym_algo,
+                                 const struct pd_sesskey *fallback, struct pd_sesskey *out)
+{
+	return pkcs1_decode(em, k, sym_algo == 0, sym_algo, fallback, out);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -333,7 +342,7 @@ static int unwrap_rsa(struct pd_worker *w, const struct pd_key *k, const struct 
 	r = pd_rsa_decrypt_raw(k, pd_worker_index(w), c, clen, em, klen);
 	if (r < 0)
 		goto out;
-	*ok_mask = pd_pkcs1_decode_sesskey(em, klen, sym_algo, &s->fb, out);
+	*ok_mask = pkcs1_decode(em, klen, p->version == 3, sym_algo, &s->fb, out);
 	r = 0;
 out:
 	secure_free(em, klen);
@@ -409,7 +418,7 @@ static int unwrap_elgamal(struct pd_worker *w, const struct pd_key *k, const str
 	r = pd_err_from_gcry(gcry_mpi_print(GCRYMPI_FMT_USG, em + (klen - mlen), mlen, NULL, mm));
 	if (r < 0)
 		goto out;
-	*ok_mask = pd_pkcs1_decode_sesskey(em, klen, sym_algo, &s->fb, out);
+	*ok_mask = pkcs1_decode(em, klen, p->version == 3, sym_algo, &s->fb, out);
 	r = 0;
 out:
 	secure_free(em, klen);
@@ -578,7 +587,7 @@ static int unwrap_ecdh(struct pd_worker *w, const struct pd_key *k, const struct
 	ok &= nonzero & pad_ok & ~bad;
 
 	memmove(out, &s->fb, sizeof(*out));
-	*ok_mask = select_payload(u, ulen, false, 0, start, sym_algo, ct_barrier(ok), out);
+	*ok_mask = select_payload(u, ulen, false, 0, start, p->version == 3, sym_algo, ct_barrier(ok), out);
 	return 0;
 }
 
@@ -613,6 +622,8 @@ static int unwrap_x(struct pd_worker *w, const struct pd_key *k, const struct pd
 		esklen--;
 		if (algo != 7 && algo != 8 && algo != 9)
 			return PD_EUNSUPPORTED;
+		if (sym_algo && algo != sym_algo) /* both public */
+			return PD_EMALFORMED;
 	}
 	size_t kl = pd_sym_keylen(algo);
 	if (!kl || esklen != kl + 8)
@@ -675,11 +686,11 @@ int pd_unwrap(struct pd_worker *w, const struct pd_key *k, const struct pd_pkesk
 		return PD_ENOKEY;
 	if (!k->ir_secret)
 		return PD_EINTERNAL;
-	if (p->version == 3) {
-		sym_algo = 0; /* the algorithm travels with the key */
-	} else if (!pd_sym_keylen(sym_algo)) {
+	/* v6: the container's cipher is required (no algorithm octet).  v3:
+	 * the algorithm travels with the key; a cipher the container names
+	 * (the OCB packet) must match it. */
+	if ((p->version == 6 || sym_algo) && !pd_sym_keylen(sym_algo))
 		return PD_EUNSUPPORTED;
-	}
 
 	s = gcry_calloc_secure(1, sizeof(*s));
 	if (!s)

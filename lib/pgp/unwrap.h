@@ -36,15 +36,17 @@ struct pd_sesskey {          /* kept in secure memory by its owner */
  * versions, PD_EMALFORMED for a short body. */
 PD_HIDDEN int pd_pkesk_parse(const uint8_t *body, size_t len, struct pd_pkesk *ret);
 
-/** Recover the session key of p with k.  sym_algo: for v6 PKESKs the
- * cipher of the SEIPD v2 header (the key length must match it), 0 for v3.
+/** Recover the session key of p with k.  sym_algo: the cipher the
+ * container names, else 0.  Required for v6 PKESKs (SEIPD v2 header; the
+ * key length must match it); for v3 PKESKs 0 (SEIPD v1) or the OCB
+ * packet's cipher, which the algorithm octet must then equal.
  * Returns 0 and *ok_mask = ~0 (real key) or 0 (pseudo-random key in *out),
  * or a negative error for public reasons: PD_ENOKEY when p's algorithm is
  * not k's, PD_EUNSUPPORTED (algorithm, curve, KDF or v6 sym_algo), and
  * PD_EMALFORMED (MPI or point encoding, lengths, c >= n); *out untouched.
  * The pseudo-random key is HMAC-SHA256(k->ir_secret, p->fields) truncated
- * to its length: algorithm 9 (32 octets) for v3 RSA/ElGamal/ECDH, the
- * cleartext algorithm for v3 X25519/X448, sym_algo for v6. */
+ * to its length: sym_algo when given, else algorithm 9 (32 octets) for v3
+ * RSA/ElGamal/ECDH and the cleartext algorithm for v3 X25519/X448. */
 PD_HIDDEN int pd_unwrap(struct pd_worker *w, const struct pd_key *k, const struct pd_pkesk *p,
                         uint8_t sym_algo, struct pd_sesskey *out, uint32_t *ok_mask);
 

@@ -388,6 +388,11 @@ static void test_x25519_x448_roundtrip(void **state)
 			assert_int_equal(unwrap_body(k, body, n, 0, &out, &ok, &p), 0);
 			assert_int_equal(ok, ~0u);
 			assert_key(&out, algo, key32, kl);
+			/* Before an OCB packet: its cipher must be the cleartext one. */
+			assert_int_equal(unwrap_body(k, body, n, algo, &out, &ok, &p), 0);
+			assert_int_equal(ok, ~0u);
+			assert_key(&out, algo, key32, kl);
+			assert_int_equal(unwrap_body(k, body, n, algo == 9 ? 7 : 9, &out, &ok, &p), PD_EMALFORMED);
 			/* Tampered ESK: the rejection key has the cleartext algo's size. */
 			body[n - 1] ^= 0x80;
 			assert_int_equal(unwrap_body(k, body, n, 0, &out, &ok, &p), 0);
@@ -515,6 +520,13 @@ static void test_ecdh_cv25519(void **state)
 		assert_int_equal(ok, ~0u);
 		assert_key(&out, algos[i], key32, kl);
 	}
+	/* Before an OCB packet naming the cipher (here 11, the last one above). */
+	assert_int_equal(unwrap_body(k, body, n, 11, &out, &ok, &p), 0);
+	assert_int_equal(ok, ~0u);
+	assert_key(&out, 11, key32, 16);
+	assert_int_equal(unwrap_body(k, body, n, 7, &out, &ok, &p), 0);
+	assert_int_equal(ok, 0);
+	assert_ir_key(k, p.fields, p.fields_len, 7, 16, &out);
 	/* Size obfuscation (RFC 9580 §11.5): AES-128 padded with 21 octets to 40. */
 	pl = pkcs5(plain, sk_payload(plain, 7, key32, 16, 0), 40);
 	assert_int_equal(plain[39], 21);
@@ -885,6 +897,15 @@ static void test_rsa(void **state)
 		assert_int_equal(unwrap_body(k, body, n, 0, &out, &ok, &p), 0);
 		assert_int_equal(ok, ~0u);
 		assert_key(&out, 7, key32, 16);
+		/* v3 before an OCB packet (tag 20) naming its cipher: the
+		 * algorithm octet must match it, else rejection keyed to it. */
+		assert_int_equal(unwrap_body(k, body, n, 7, &out, &ok, &p), 0);
+		assert_int_equal(ok, ~0u);
+		assert_key(&out, 7, key32, 16);
+		assert_int_equal(unwrap_body(k, body, n, 8, &out, &ok, &p), 0);
+		assert_int_equal(ok, 0);
+		assert_ir_key(k, p.fields, p.fields_len, 8, 24, &out);
+		assert_int_equal(unwrap_body(k, body, n, 99, &out, &ok, &p), PD_EUNSUPPORTED);
 		uint8_t v6[300] = { 6, 0, PD_PK_RSA };
 		build_em(em, K, pl, sk_payload(pl, 0, key32, 16, 0));
 		n = rsa_pkesk(k, em, K, body);
