@@ -69,6 +69,9 @@ struct pdc_conn {
 	uint32_t next_id;
 	uint32_t n_outstanding;     /* begun and not answered */
 	size_t n_pending;
+	bool reading;               /* inside read_some(): callbacks must not re-enter it */
+	bool in_run;                /* inside pdc_run(): it can wait for a slow in_fd too */
+	int in_wait_fd;             /* in_fd with no data yet: pdc_run() polls it */
 	int dead;                   /* error that ended the connection, or 0 */
 	unsigned dead_status;
 	char dead_sentence[PD_SENTENCE_MAX + 1];
@@ -461,8 +464,15 @@ static int conn_fail(struct pdc_conn *c, int err, unsigned status, const char *s
 	return c->dead;
 }
 
+static int read_some(struct pdc_conn *c);
+
 static int submit(struct pdc_conn *c, struct req *r)
 {
+	/* On an idle connection, notice first whether the server has closed it
+	 * (idle timeout, shutdown): then this request fails at once, before it
+	 * is accepted, and the caller can reconnect without losing anything. */
+	if (!c->head && !c->dead && !c->reading)
+		(void)read_some(c);
 	if (c->dead) {
 		req_free(r);
 		return c->dead;
@@ -574,6 +584,7 @@ static struct req *send_req(struct pdc_conn *c)
 static void fill_out(struct pdc_conn *c)
 {
 	uint32_t chunk = c->server.max_frame < CHUNK_MAX ? c->server.max_frame : CHUNK_MAX;
+	c->in_wait_fd = -1;
 	for (;;) {
 		size_t room = c->out_cap - c->out_len;
 		uint8_t *o = c->out + c->out_len;
@@ -603,6 +614,15 @@ static void fill_out(struct pdc_conn *c)
 			n = pd_frame_encode(o, room, PD_FT_END, r->id, NULL, 0);
 			r->st = S_SENT;
 		} else {
+			if (r->d.in_fd >= 0 && c->in_run) {
+				/* A pipe with nothing to read yet must not stop us reading
+				 * the server's replies: let pdc_run() poll it. */
+				struct pollfd q = { .fd = r->d.in_fd, .events = POLLIN };
+				if (poll(&q, 1, 0) == 0) {
+					c->in_wait_fd = r->d.in_fd;
+					return;
+				}
+			}
 			size_t want = room - PD_FRAME_HDR_LEN;
 			if (want > chunk)
 				want = chunk;
@@ -622,8 +642,6 @@ static void fill_out(struct pdc_conn *c)
 		c->out_len += (size_t)n;
 	}
 }
-
-static int read_some(struct pdc_conn *c);
 
 static int flush_out(struct pdc_conn *c)
 {
@@ -778,7 +796,21 @@ static int on_frame(struct pdc_conn *c, const struct pd_frame_hdr *h, const uint
 	return 0;
 }
 
+static int read_some_(struct pdc_conn *c);
+
+/* Frames are dispatched from c->rbuf: a callback that submits must not
+ * start another read that would overwrite it. */
 static int read_some(struct pdc_conn *c)
+{
+	if (c->reading)
+		return c->dead;
+	c->reading = true;
+	int r = read_some_(c);
+	c->reading = false;
+	return r;
+}
+
+static int read_some_(struct pdc_conn *c)
 {
 	/* Until EAGAIN: data GnuTLS has buffered would not wake poll() again. */
 	while (!c->dead) {
@@ -846,36 +878,44 @@ int pdc_process(struct pdc_conn *c, short revents)
 int pdc_run(struct pdc_conn *c)
 {
 	int64_t last = now_ms();
+	c->in_run = true;
 	while (c->head && !c->dead) {
 		short ev = pdc_events(c);
 		short rev = 0;
 		if (c->tls && gnutls_record_check_pending(c->tls) > 0) {
 			rev = POLLIN; /* decrypted data already buffered in GnuTLS */
 		} else {
-			struct pollfd pfd = { .fd = c->fd, .events = ev };
+			struct pollfd pfd[2] = { { .fd = c->fd, .events = ev }, { .fd = c->in_wait_fd, .events = POLLIN } };
+			nfds_t nfd = c->in_wait_fd >= 0 && !(ev & POLLOUT) ? 2 : 1;
 			int t = c->timeout_ms;
-			if (t > 0) {
+			if (nfd == 2)
+				t = -1; /* waiting for our own input is not the server's silence */
+			else if (t > 0) {
 				int64_t left = last + t - now_ms();
 				t = left <= 0 ? 0 : (int)left;
 			}
-			int r = poll(&pfd, 1, t);
+			int r = poll(pfd, nfd, t);
 			if (r < 0) {
 				if (errno == EINTR)
 					continue;
-				return conn_fail(c, -errno, 0, "poll failed");
+				r = -errno;
+				c->in_run = false;
+				return conn_fail(c, r, 0, "poll failed");
 			}
 			if (r == 0) {
 				char s[96];
-				snprintf(s, sizeof(s), "no progress from the server for %d ms", c->timeout_ms);
+				snprintf(s, sizeof(s), "no progress from the server for %d ms (timed out)", c->timeout_ms);
+				c->in_run = false;
 				return conn_fail(c, -ETIMEDOUT, PD_ST_TIMEOUT, s);
 			}
-			rev = pfd.revents;
+			rev = pfd[0].revents;
 			last = now_ms();
 		}
 		int r = pdc_process(c, rev);
 		if (r < 0)
-			return r;
+			break;
 	}
+	c->in_run = false;
 	return c->dead;
 }
 
@@ -989,8 +1029,23 @@ static int handshake(struct pdc_conn *c, const struct pdc_config *cfg, int64_t d
 		struct pd_hello sh;
 		if (pd_parse_hello(p, fh.len, PD_FROM_SERVER, &sh) < 0 || sh.version_min != PD_PROTO_VERSION)
 			return set_err(e, -EPROTO, PD_ST_VERSION, "server HELLO is malformed or has an unknown version");
-		if (used != (size_t)k)
+		if (used != (size_t)k) {
+			/* Only an ERROR may follow before any request (e.g. a server
+			 * that closes at once): report it like a refusal. */
+			struct pd_frame_hdr fh2;
+			size_t used2;
+			pd_frame_decoder_set_max(c->dec, sh.max_frame);
+			r = pd_frame_decode(c->dec, c->rbuf + used, (size_t)k - used, &used2, &fh2, &p);
+			if (r == 1 && fh2.type == PD_FT_ERROR) {
+				struct pd_result er;
+				if (pd_parse_error(p, fh2.len, &er) == 0) {
+					set_err(e, 0, er.status, "server closed the connection: %s",
+					        er.sentence[0] ? er.sentence : pd_status_text(er.status));
+					return -ECONNABORTED;
+				}
+			}
 			return set_err(e, -EPROTO, PD_ST_PROTOCOL, "server sent frames after HELLO before any request");
+		}
 		c->server.version = sh.version_min;
 		c->server.max_frame = sh.max_frame;
 		c->server.max_message = sh.max_message;
@@ -1012,6 +1067,7 @@ int pdc_connect(struct pdc_conn **ret, const struct pdc_config *cfg, struct pdc_
 	if (!c)
 		return set_err(e, -ENOMEM, 0, "out of memory");
 	c->fd = -1;
+	c->in_wait_fd = -1;
 	c->timeout_ms = cfg->timeout_ms == 0 ? 60000 : cfg->timeout_ms < 0 ? 0 : cfg->timeout_ms;
 	int64_t deadline = c->timeout_ms ? now_ms() + c->timeout_ms : -1;
 	int r;

@@ -18,6 +18,9 @@
  * Callback contract: if a pdc_submit_*() call returns an error, none of that
  * request's callbacks is ever called; otherwise on_done is called exactly
  * once, from pdc_run() or pdc_process(), also when the connection fails.
+ * Callbacks may submit further requests on the same connection (that is how
+ * a closed-loop benchmark keeps it busy) but must not call pdc_run(),
+ * pdc_process() or pdc_close() on it.
  * A pdc_conn belongs to one thread at a time; different connections are
  * independent.  Errors are 0 or negative errno values.
  */
@@ -154,6 +157,10 @@ PDC_API int pdc_connect(struct pdc_conn **ret, const struct pdc_config *cfg, str
 PDC_API struct pdc_conn *pdc_close(struct pdc_conn *c);
 /** The server's version and limits. */
 PDC_API const struct pdc_server *pdc_server(const struct pdc_conn *c);
+
+/* Submitting on a connection the server has closed meanwhile (its idle
+ * timeout, a shutdown) fails at once with the error that ended it: connect
+ * again and resubmit.  Nothing was sent in that case. */
 
 /** Queue a decryption (in_fd = -1 when unused). */
 PDC_API int pdc_submit_decrypt(struct pdc_conn *c, const struct pdc_decrypt *d);

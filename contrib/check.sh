@@ -24,7 +24,7 @@ PKGS_BUILD="meson ninja-build pkg-config gcc libc6-dev libgcrypt20-dev libgpg-er
  libssl-dev zlib1g-dev libbz2-dev libcmocka-dev libuv1-dev libgnutls28-dev libsystemd-dev
  libinih-dev"
 PKGS_TEST="python3 python3-pytest python3-cryptography gnupg sq rnp sqop gosop gnutls-bin
- systemd scdoc lintian debhelper devscripts"
+ systemd scdoc man-db groff-base lintian debhelper devscripts"
 
 say() { printf '\n=== %s\n' "$*"; }
 

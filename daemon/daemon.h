@@ -13,6 +13,7 @@
 #include "config.h"
 
 struct pd_keyset;
+struct pd_tls_creds;
 struct pd_pool;
 struct pd_session;
 struct pd_listener;
@@ -34,6 +35,7 @@ struct pd_daemon {
 	uv_loop_t *loop;
 	struct pd_config *cfg;       /* current; swapped on reload */
 	struct pd_keyset *keys;      /* current; requests hold their own ref */
+	struct pd_tls_creds *tls_creds; /* current; sessions hold their own ref */
 	struct pd_pool *pool;
 	struct pd_listener *listeners;
 	struct pd_session *sessions; /* doubly linked through session */

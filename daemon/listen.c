@@ -61,10 +61,6 @@ static void on_connection(uv_stream_t *server, int status)
 		pd_session_close(s);
 		return;
 	}
-	if (ls->tls) { /* TLS is not built yet: never serve plaintext on a TLS port */
-		pd_session_close(s);
-		return;
-	}
 	pd_session_start(s);
 }
 
@@ -180,10 +176,8 @@ static int check_tcp(const struct pd_config *c, struct pd_listener *ls, const st
                      char *err, size_t errlen)
 {
 	ls->tls = pd_config_tls(c);
-	if (ls->tls) {
-		snprintf(err, errlen, "listen %s: TLS listeners are not implemented yet", ls->name);
-		return -ENOTSUP;
-	}
+	if (ls->tls)
+		return 0; /* TLS with client certificates: any address */
 	if (!c->allow_plain_tcp) {
 		snprintf(err, errlen, "listen %s: plain TCP needs allow-plain-tcp (or configure TLS)", ls->name);
 		return -EPERM;
@@ -235,7 +229,9 @@ static int bind_tcp(uv_loop_t *loop, const struct pd_config *c, const char *spec
 static int take_activated(uv_loop_t *loop, const struct pd_config *c, char *err, size_t errlen)
 {
 #ifdef PD_HAVE_SYSTEMD
-	int n = sd_listen_fds(1);
+	/* The environment stays: a reload re-reads the config, whose check
+	 * accepts "no --listen" only under socket activation. */
+	int n = sd_listen_fds(0);
 	if (n <= 0)
 		return n;
 	for (int fd = SD_LISTEN_FDS_START; fd < SD_LISTEN_FDS_START + n; fd++) {

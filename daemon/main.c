@@ -7,6 +7,8 @@
  * drain-timeout, exit 0.
  */
 #include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +27,7 @@
 #include "pgpdec.h"
 #include "pool.h"
 #include "session.h"
+#include "tls.h"
 
 #define EX_USAGE 64
 #define EX_CONFIG 78
@@ -37,14 +40,17 @@ static struct {
 	uv_signal_t sig_hup, sig_term, sig_int;
 	uv_timer_t drain_timer;
 	bool drain_timer_on;
-	uv_work_t reload_work;
+	uv_async_t reload_async;  /* the reload thread is done */
+	pthread_t reload_thread;
 	bool reload_again;
 	/* reload results, written by the work thread, read in after_work */
 	struct pd_config *new_cfg;
 	struct pd_keyset *new_keys;
+	struct pd_tls_creds *new_tls;
 	int reload_err;
 	char reload_msg[512];
 	bool exiting;
+	bool drain_expired;
 } m;
 
 /* ---------------------------------------------------------------- */
@@ -65,6 +71,7 @@ static void finish(void)
 		uv_timer_stop(&m.drain_timer);
 		uv_close((uv_handle_t *)&m.drain_timer, on_handle_close);
 	}
+	uv_close((uv_handle_t *)&m.reload_async, on_handle_close);
 	uv_close((uv_handle_t *)&m.sig_hup, on_handle_close);
 	uv_close((uv_handle_t *)&m.sig_term, on_handle_close);
 	uv_close((uv_handle_t *)&m.sig_int, on_handle_close);
@@ -74,7 +81,7 @@ static void finish(void)
 
 void pd_daemon_maybe_exit(void)
 {
-	if (pd_d.stopping && !pd_d.n_sessions && !pd_d.n_active && !pd_d.reloading)
+	if (pd_d.stopping && !pd_d.n_sessions && (!pd_d.n_active || m.drain_expired) && !pd_d.reloading)
 		finish();
 }
 
@@ -82,8 +89,8 @@ static void on_drain_timeout(uv_timer_t *t)
 {
 	pd_log_warn("SYS", "drain-timeout reached with %u messages in progress: closing connections",
 	            pd_d.n_active);
+	m.drain_expired = true; /* requests with a job out are freed when it returns */
 	pd_sessions_close_all();
-	pd_d.n_active = 0; /* requests with a job out are freed when it returns */
 	pd_daemon_maybe_exit();
 }
 
@@ -107,18 +114,28 @@ static void stop(int signum)
 static void on_signal(uv_signal_t *h, int signum);
 
 /* ---------------------------------------------------------------- */
-/* Reload: config and keys are built on a libuv helper thread (file reads,
- * S2K), then swapped on the loop.  Requests hold their own key set. */
+/* Reload: config and keys are built on a thread of their own (file reads,
+ * S2K), then swapped on the loop.  Requests hold their own key set.  A
+ * thread that exits, rather than libuv's pool, so that the crypto
+ * libraries' per-thread state is released with it. */
 
-static void reload_work(uv_work_t *w)
+static void *reload_main(void *arg)
 {
-	(void)w;
+	(void)arg;
 	m.new_cfg = NULL;
 	m.new_keys = NULL;
 	m.reload_msg[0] = 0;
 	m.reload_err = pd_config_load(&m.new_cfg, m.argc, m.argv, m.reload_msg, sizeof(m.reload_msg));
 	if (m.reload_err == 0)
 		m.reload_err = pd_keyset_load(&m.new_keys, m.new_cfg, m.reload_msg, sizeof(m.reload_msg));
+	m.new_tls = NULL;
+	if (m.reload_err == 0 && pd_config_tls(m.new_cfg)) {
+		m.reload_err = pd_tls_creds_load(&m.new_tls, m.new_cfg, m.reload_msg, sizeof(m.reload_msg));
+		if (m.reload_err < 0)
+			m.new_keys = pd_keyset_unref(m.new_keys);
+	}
+	uv_async_send(&m.reload_async);
+	return NULL;
 }
 
 static bool strv_eq(const struct pd_strv *a, const struct pd_strv *b)
@@ -133,10 +150,13 @@ static bool strv_eq(const struct pd_strv *a, const struct pd_strv *b)
 
 static void start_reload(void);
 
-static void reload_done(uv_work_t *w, int status)
+static void reload_done(uv_async_t *h)
 {
+	if (!pd_d.reloading)
+		return;
+	pthread_join(m.reload_thread, NULL);
 	pd_d.reloading = false;
-	if (status == 0 && m.reload_err == 0) {
+	if (m.reload_err == 0) {
 		struct pd_config *old = pd_d.cfg;
 		if (!strv_eq(&old->listen, &m.new_cfg->listen) || old->workers != m.new_cfg->workers ||
 		    old->secmem_size != m.new_cfg->secmem_size)
@@ -145,6 +165,10 @@ static void reload_done(uv_work_t *w, int status)
 		pd_config_free(old);
 		pd_keyset_unref(pd_d.keys);
 		pd_d.keys = m.new_keys;
+		if (m.new_tls) { /* sessions keep the credentials they started with */
+			pd_tls_creds_unref(pd_d.tls_creds);
+			pd_d.tls_creds = m.new_tls;
+		}
 		pd_log_set_level((enum pd_log_level)pd_d.cfg->log_level);
 		pd_d.stats.reloads++;
 		pd_log_info("SYS", "reloaded: %zu decryption keys", pd_keyset_count(pd_d.keys));
@@ -156,6 +180,7 @@ static void reload_done(uv_work_t *w, int status)
 	}
 	m.new_cfg = NULL;
 	m.new_keys = NULL;
+	m.new_tls = NULL;
 	explicit_bzero(m.reload_msg, sizeof(m.reload_msg));
 	pd_notify_ready();
 	if (m.reload_again && !pd_d.stopping) {
@@ -174,8 +199,13 @@ static void start_reload(void)
 	}
 	pd_log_info("SYS", "reloading keys and config");
 	pd_notify_reloading();
-	if (uv_queue_work(pd_d.loop, &m.reload_work, reload_work, reload_done) < 0) {
-		pd_log_err("SYS", "reload: cannot start a helper thread");
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	int r = pthread_create(&m.reload_thread, NULL, reload_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (r) {
+		pd_log_err("SYS", "reload: cannot start a helper thread: %s", strerror(r));
 		pd_notify_ready();
 		return;
 	}
@@ -211,6 +241,13 @@ int main(int argc, char **argv)
 
 	pd_log_init();
 	harden();
+	/* Every message allocates and frees a few buffers of 64-256 KiB.  With
+	 * glibc's adaptive thresholds they bounce between mmap/munmap and heap
+	 * trimming (madvise), each time faulting fresh pages in: fixed
+	 * thresholds keep them in the heap for reuse.  Memory stays bounded by
+	 * the limits; freed memory is reused, not returned. */
+	mallopt(M_MMAP_THRESHOLD, 4 << 20);
+	mallopt(M_TRIM_THRESHOLD, 64 << 20);
 	signal(SIGPIPE, SIG_IGN);
 	m.argc = argc;
 	m.argv = argv;
@@ -235,6 +272,13 @@ int main(int argc, char **argv)
 		return EX_CONFIG;
 	}
 	pd_log_info("SYS", "%zu decryption keys loaded", pd_keyset_count(pd_d.keys));
+	if (pd_config_tls(pd_d.cfg)) {
+		r = pd_tls_creds_load(&pd_d.tls_creds, pd_d.cfg, err, sizeof(err));
+		if (r < 0) {
+			pd_log_err("TLS", "%s", err);
+			return EX_CONFIG;
+		}
+	}
 
 	pd_d.loop = uv_default_loop();
 	/* Jobs per request are at most one, so queue-length requests never
@@ -256,6 +300,7 @@ int main(int argc, char **argv)
 		uv_run(pd_d.loop, UV_RUN_DEFAULT);
 		return 1;
 	}
+	uv_async_init(pd_d.loop, &m.reload_async, reload_done);
 	uv_signal_init(pd_d.loop, &m.sig_hup);
 	uv_signal_init(pd_d.loop, &m.sig_term);
 	uv_signal_init(pd_d.loop, &m.sig_int);
@@ -272,6 +317,7 @@ int main(int argc, char **argv)
 	if (r < 0)
 		pd_log_warn("SYS", "loop closed with handles open: %s", uv_strerror(r));
 	pd_keyset_unref(pd_d.keys);
+	pd_tls_creds_unref(pd_d.tls_creds);
 	pd_config_free(pd_d.cfg);
 	pd_lib_deinit();
 	return 0;

@@ -266,8 +266,14 @@ static void job_work(struct pd_job *j, struct pd_worker *w)
 			continue;
 		}
 		if (st == PD_STEP_NEED_INPUT) {
-			if (jpos < r->jin_len)
+			if (jpos < r->jin_len && pd_msg_input_space(r->m) > 0)
 				continue; /* the engine made room: feed more */
+			if (jpos < r->jin_len) {
+				/* Wants input with a full buffer: it can never progress.
+				 * An engine bug, but never a spinning worker. */
+				job_result(r, &fw, PD_EINTERNAL, w);
+				goto out;
+			}
 			if (r->end_told) { /* cannot happen with a correct engine */
 				job_result(r, &fw, PD_ETRUNCATED, w);
 				goto out;
@@ -304,8 +310,8 @@ static void job_work(struct pd_job *j, struct pd_worker *w)
 out:
 	/* Keep the unread rest of jin at its front for the next job. */
 	if (jpos) {
-		explicit_bzero(r->jin, jpos);
 		memmove(r->jin, r->jin + jpos, r->jin_len - jpos);
+		explicit_bzero(r->jin + r->jin_len - jpos, jpos);
 		r->jin_len -= jpos;
 	}
 }
@@ -321,12 +327,13 @@ static void free_req(struct pd_request *r)
 	if (r->verified_only && !r->terminal_taken)
 		pd_d.held_bytes -= r->outq.bytes;
 	pd_obuf_list_clear(&r->outq);
+	/* Consumed ciphertext is wiped as it goes; only the rest is left. */
 	if (r->lin) {
-		explicit_bzero(r->lin, r->in_cap);
+		explicit_bzero(r->lin, r->lin_len);
 		free(r->lin);
 	}
 	if (r->jin) {
-		explicit_bzero(r->jin, r->in_cap);
+		explicit_bzero(r->jin, r->jin_len);
 		free(r->jin);
 	}
 	free(r);
@@ -417,8 +424,8 @@ void pd_request_kick(struct pd_request *r)
 	if (n) {
 		memcpy(r->jin + r->jin_len, r->lin, n);
 		r->jin_len += n;
-		explicit_bzero(r->lin, n);
 		memmove(r->lin, r->lin + n, r->lin_len - n);
+		explicit_bzero(r->lin + r->lin_len - n, n);
 		r->lin_len -= n;
 		pd_session_wake(r->s); /* room for more ciphertext */
 	}

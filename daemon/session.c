@@ -20,6 +20,7 @@
 #include "request.h"
 #include "session.h"
 #include "status.h"
+#include "tls.h"
 
 #define RBUF_SIZE (64u << 10)
 #define FAIL_LINGER_MS 2000 /* an ERROR frame gets this long to leave */
@@ -45,6 +46,7 @@ struct pd_session {
 	uint8_t *rbuf;
 	size_t rstart, rend;
 	bool reading, eof, hello_done, closing, failing, throttled, shut;
+	bool tls_full;            /* the TLS layer stopped for want of read-buffer room */
 	uv_shutdown_t shutdown_req;
 
 	struct pd_request **reqs; /* ring of owed replies, oldest first */
@@ -52,6 +54,11 @@ struct pd_session {
 	struct pd_request *rx;    /* receiving DATA/END (also in the ring) */
 	bool rx_discard;          /* DATA/END of an answered request are swallowed */
 	uint32_t rx_discard_id;
+
+	struct pd_tls *tls;       /* NULL: plain stream */
+	uint16_t refusal;         /* TLS: ERROR to send once the handshake is done */
+	char refusal_why[96];
+	uint64_t t_accept;
 
 	uint32_t max_frame;
 	unsigned max_inflight;
@@ -120,6 +127,7 @@ static void drop_requests(struct pd_session *s)
 static void on_close(uv_handle_t *h)
 {
 	struct pd_session *s = h->data;
+	pd_tls_free(s->tls);
 	pd_frame_decoder_free(s->dec);
 	free(s->rbuf);
 	free(s->reqs);
@@ -188,7 +196,7 @@ static void on_write(uv_write_t *wr, int status)
 
 /* Write one buffer: try_write first (libuv refuses it while writes are
  * queued, which keeps order), the rest with uv_write. */
-static void write_obuf(struct pd_session *s, struct pd_obuf *o)
+static void write_raw(struct pd_session *s, struct pd_obuf *o)
 {
 	size_t off = 0;
 	int r;
@@ -234,6 +242,36 @@ static void write_obuf(struct pd_session *s, struct pd_obuf *o)
 		s->throttled = true;
 }
 
+/* TLS records from GnuTLS's push function: copied into a buffer of their own. */
+static void tls_push(void *user, const uint8_t *p, size_t len)
+{
+	struct pd_session *s = user;
+	struct pd_obuf *o = pd_obuf_new(len);
+	if (!o) {
+		pd_session_close(s);
+		return;
+	}
+	memcpy(o->data, p, len);
+	o->len = len;
+	write_raw(s, o);
+}
+
+/* Frames to the peer: through TLS when the session has it. */
+static void write_obuf(struct pd_session *s, struct pd_obuf *o)
+{
+	if (!s->tls || s->closing) {
+		write_raw(s, o);
+		return;
+	}
+	int r = pd_tls_write(s->tls, o->data, o->len);
+	explicit_bzero(o->data, o->len);
+	free(o);
+	if (r < 0) {
+		pd_log_debug("TLS", "%s: %s", s->peer, pd_tls_detail(s->tls));
+		pd_session_close(s);
+	}
+}
+
 static void write_list(struct pd_session *s, struct pd_obuf_list *l)
 {
 	struct pd_obuf *o;
@@ -256,6 +294,8 @@ static void finish_fail(struct pd_session *s)
 	if (s->shut || s->closing)
 		return;
 	s->shut = true;
+	if (s->tls)
+		pd_tls_bye(s->tls); /* close_notify goes out before the FIN */
 	s->shutdown_req.data = s;
 	if (s->eof || uv_shutdown(&s->shutdown_req, &s->io.s, on_shutdown) < 0)
 		pd_session_close(s);
@@ -582,12 +622,20 @@ static bool can_take_frame(const struct pd_session *s)
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
 	struct pd_session *s = h->data;
+	if (s->tls) {
+		uint8_t *p;
+		size_t room = pd_tls_in_room(s->tls, &p);
+		*buf = uv_buf_init((char *)p, (unsigned)room);
+		return;
+	}
 	*buf = uv_buf_init((char *)s->rbuf + s->rend, (unsigned)(RBUF_SIZE - s->rend));
 }
 
 static void update_reading(struct pd_session *s)
 {
-	bool want = !s->closing && !s->eof && s->rend < RBUF_SIZE;
+	uint8_t *p;
+	bool want = !s->closing && !s->eof &&
+	            (s->tls ? pd_tls_in_room(s->tls, &p) > 0 : s->rend < RBUF_SIZE);
 	if (want && !s->reading) {
 		if (uv_read_start(&s->io.s, on_alloc, on_read) == 0)
 			s->reading = true;
@@ -618,16 +666,60 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 		uv_read_stop(&s->io.s);
 		s->reading = false;
 	} else {
-		s->rend += (size_t)nread;
+		if (s->tls)
+			pd_tls_in_commit(s->tls, (size_t)nread);
+		else
+			s->rend += (size_t)nread;
 		s->last_activity = uv_now(pd_d.loop);
 	}
 	process(s);
 }
 
-static void process(struct pd_session *s)
+/* TLS: handshake, then decrypt into the read buffer while it has room;
+ * ciphertext that does not fit stays in the TLS layer.  false: closed. */
+static bool tls_pump(struct pd_session *s)
 {
-	if (s->closing)
-		return;
+	bool was_ready = pd_tls_ready(s->tls);
+	s->tls_full = false;
+	for (;;) {
+		if (s->rstart && s->rend == RBUF_SIZE) {
+			memmove(s->rbuf, s->rbuf + s->rstart, s->rend - s->rstart);
+			s->rend -= s->rstart;
+			s->rstart = 0;
+		}
+		if (s->rend == RBUF_SIZE && pd_tls_ready(s->tls)) {
+			s->tls_full = true; /* more may wait inside TLS: pump again once there is room */
+			break;
+		}
+		ssize_t n = pd_tls_read(s->tls, s->rbuf + s->rend, RBUF_SIZE - s->rend);
+		if (n > 0) {
+			s->rend += (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			break;
+		if (n == -EPIPE) { /* close_notify: as good as EOF */
+			s->eof = true;
+			break;
+		}
+		pd_log_notice("TLS", "closing a TLS connection: %s", pd_tls_detail(s->tls));
+		pd_log_debug("TLS", "peer was %s", s->peer);
+		pd_session_close(s);
+		return false;
+	}
+	if (!was_ready && pd_tls_ready(s->tls)) {
+		pd_log_debug("TLS", "%s: handshake done", s->peer);
+		if (s->refusal) {
+			session_fail(s, s->refusal, s->refusal_why);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Take frames from the read buffer while back-pressure allows. */
+static void take_frames(struct pd_session *s)
+{
 	while (!s->failing && !s->closing && s->rstart < s->rend && can_take_frame(s)) {
 		struct pd_frame_hdr h;
 		const uint8_t *p;
@@ -653,6 +745,28 @@ static void process(struct pd_session *s)
 		s->rend -= s->rstart;
 		s->rstart = 0;
 	}
+}
+
+static void process(struct pd_session *s)
+{
+	if (s->closing)
+		return;
+	/* Decrypted data held inside TLS never makes the socket readable
+	 * again: pump again whenever taking frames made room for it. */
+	do {
+		if (s->tls && !s->failing && !tls_pump(s))
+			return;
+		if (s->tls && !pd_tls_ready(s->tls)) {
+			if (s->eof)
+				pd_session_close(s);
+			else
+				update_reading(s);
+			return;
+		}
+		take_frames(s);
+		if (s->closing)
+			return;
+	} while (s->tls && s->tls_full && s->rend < RBUF_SIZE && !s->failing);
 	flush(s);
 	if (s->closing || s->failing)
 		return;
@@ -783,6 +897,21 @@ static bool peer_allowed(const struct ucred *cr)
 	return false;
 }
 
+/* Refuse with an ERROR; over TLS the ERROR can only go after the handshake. */
+static void refuse(struct pd_session *s, uint16_t status, const char *why)
+{
+	if (!s->tls) {
+		session_fail(s, status, why);
+		return;
+	}
+	s->refusal = status;
+	snprintf(s->refusal_why, sizeof(s->refusal_why), "%s", why);
+	if (uv_read_start(&s->io.s, on_alloc, on_read) == 0)
+		s->reading = true;
+	else
+		pd_session_close(s);
+}
+
 void pd_session_start(struct pd_session *s)
 {
 	const struct pd_config *c = pd_d.cfg;
@@ -826,22 +955,29 @@ void pd_session_start(struct pd_session *s)
 		}
 		snprintf(s->peer, sizeof(s->peer), "%s", host);
 		uv_tcp_nodelay(&s->io.tcp, 1);
+		if (pd_listener_tls(s->ls)) {
+			if (!pd_d.tls_creds || pd_tls_new(&s->tls, pd_d.tls_creds, tls_push, s) < 0) {
+				pd_session_close(s);
+				return;
+			}
+		}
 	}
+	s->t_accept = uv_now(pd_d.loop);
 	if (pd_d.stopping) {
-		session_fail(s, PD_ST_SHUTTING_DOWN, "the daemon is stopping");
+		refuse(s, PD_ST_SHUTTING_DOWN, "the daemon is stopping");
 		return;
 	}
 	if (pd_d.n_sessions >= c->max_connections) {
 		pd_d.stats.connections_refused++;
 		pd_log_warn("NET", "max-connections (%u) reached: refusing a connection", c->max_connections);
-		session_fail(s, PD_ST_OVERLOADED, "too many connections; retry later");
+		refuse(s, PD_ST_OVERLOADED, "too many connections; retry later");
 		return;
 	}
 	if (c->max_connections_per_peer && peer_count(s->peer) >= (int)c->max_connections_per_peer) {
 		pd_d.stats.connections_refused++;
 		pd_log_warn("NET", "max-connections-per-peer (%u) reached: refusing a connection",
 		            c->max_connections_per_peer);
-		session_fail(s, PD_ST_OVERLOADED, "too many connections from this peer; retry later");
+		refuse(s, PD_ST_OVERLOADED, "too many connections from this peer; retry later");
 		return;
 	}
 	s->started = true;
@@ -864,6 +1000,14 @@ static void sweep_one(struct pd_session *s, uint64_t now)
 	if (s->failing) {
 		if (now - s->fail_time > FAIL_LINGER_MS)
 			pd_session_close(s);
+		return;
+	}
+	if (s->tls && !pd_tls_ready(s->tls)) {
+		if (c->tls_handshake_timeout_ms && now - s->t_accept > c->tls_handshake_timeout_ms) {
+			pd_log_notice("TLS", "TLS handshake not done after %llu ms: closing",
+			              (unsigned long long)(now - s->t_accept));
+			pd_session_close(s);
+		}
 		return;
 	}
 	if (s->wbytes && c->write_timeout_ms && now - s->last_write > c->write_timeout_ms) {

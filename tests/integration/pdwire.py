@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: MIT
 """A tiny, independent client of the pgpdecd wire protocol (proto/PROTOCOL.md),
 written from the spec for the daemon's integration tests."""
+import select
 import socket
+import ssl
 import struct
 import threading
 
@@ -53,8 +55,11 @@ def parse_result(p):
 
 
 class Client:
-    def __init__(self, path=None, tcp=None, timeout=60, hello=True):
-        if path:
+    def __init__(self, path=None, tcp=None, timeout=60, hello=True, sock=None):
+        if sock is not None:
+            self.s = sock
+            self.s.settimeout(timeout)
+        elif path:
             self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self.s.settimeout(timeout)
             self.s.connect(path)
@@ -149,8 +154,71 @@ class Client:
             else:
                 raise AssertionError(f"unexpected frame type {ftype:#x}")
 
+    def _take_frame(self):
+        """A whole frame from the buffer, or None."""
+        if len(self.buf) < 9:
+            return None
+        n, ftype, fid = struct.unpack_from(">IBI", self.buf)
+        if len(self.buf) < 9 + n:
+            return None
+        payload, self.buf = self.buf[9:9 + n], self.buf[9 + n:]
+        if ftype == ERROR:
+            status = struct.unpack_from(">H", payload)[0]
+            raise ConnectionEnded(status, "")
+        return ftype, fid, payload
+
+    def _decrypt_select(self, data, flags, chunk):
+        """One thread, non-blocking: an SSL socket must not be used by two threads."""
+        rid = self.new_id()
+        chunk = chunk or self.max_frame
+        out = [frame(DECRYPT, rid, struct.pack(">I", flags))]
+        out += [frame(DATA, rid, data[o:o + chunk]) for o in range(0, len(data), chunk)]
+        out.append(frame(END, rid))
+        pending = b"".join(out)
+        plain, meta, res = [], None, None
+        timeout = self.s.gettimeout()
+        self.s.setblocking(False)
+        try:
+            while res is None:
+                r, w, _ = select.select([self.s], [self.s] if pending else [], [], timeout)
+                if not r and not w:
+                    raise TimeoutError("no progress")
+                if r or self.s.pending():
+                    try:
+                        got = self.s.recv(1 << 16)
+                        if not got:
+                            raise ConnectionEnded(-1, "connection closed")
+                        self.buf += got
+                    except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                        pass
+                while res is None and (f := self._take_frame()):
+                    ftype, fid, p = f
+                    assert fid == rid
+                    if ftype == DATA:
+                        plain.append(p)
+                    elif ftype == METADATA:
+                        meta = p
+                    elif ftype == RESULT:
+                        res = parse_result(p)
+                if w and pending:
+                    try:
+                        n = self.s.send(pending[:1 << 16])
+                        pending = pending[n:]
+                    except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                        pass
+            # An early RESULT: the rest of the request still goes out (until END).
+            self.s.setblocking(True)
+            self.s.settimeout(timeout)
+            if pending:
+                self.s.sendall(pending)
+        finally:
+            self.s.settimeout(timeout)
+        return b"".join(plain), res, meta
+
     def decrypt(self, data, flags=0, chunk=None):
         """Send from a thread while reading, as the protocol requires (section 10)."""
+        if isinstance(self.s, ssl.SSLSocket):
+            return self._decrypt_select(data, flags, chunk)
         rid = self.new_id()
 
         def sender():

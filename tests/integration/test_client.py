@@ -177,6 +177,34 @@ def test_large_message_streams_without_deadlock(fake):
     assert hashlib.sha256(r.stdout).digest() == hashlib.sha256(msg).digest()
 
 
+def test_slow_stdin_does_not_stall_replies(fake):
+    # While the client waits for more input on a pipe, plaintext of what it
+    # already sent must still reach stdout (the client polls both).
+    import select
+    s = fake()
+    e = dict(os.environ)
+    p = subprocess.Popen([CLIENT, "--socket", s.path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=e)
+    try:
+        p.stdin.write(b"A" * 1000)
+        p.stdin.flush()
+        got = b""
+        deadline = time.monotonic() + 10
+        while len(got) < 1000 and time.monotonic() < deadline:
+            if select.select([p.stdout], [], [], 0.5)[0]:
+                got += os.read(p.stdout.fileno(), 65536)
+        assert got == b"A" * 1000
+        p.stdin.write(b"B" * 10)
+        p.stdin.close()
+        rest = p.stdout.read()
+        assert got + rest == b"A" * 1000 + b"B" * 10
+        assert p.wait(10) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def test_small_server_frames(fake):
     s = fake(max_frame=16384, server_frame_size=1)
     msg = os.urandom(3000)
@@ -470,10 +498,15 @@ def daemon(tmp_path_factory):
     yield {"sock": sock, "enc": enc_to, "subkeys": enc, "base": base, "proc": p}
     p.send_signal(15)
     try:
-        p.wait(30)
+        rc = p.wait(60)
     except subprocess.TimeoutExpired:
         p.kill()
+        rc = "hung on SIGTERM"
     log.close()
+    text = open(base / "pgpdecd.log", errors="replace").read()
+    # The client's misbehaviour must never hurt the daemon (ASan builds report here).
+    assert "Sanitizer" not in text and "runtime error" not in text, text[-3000:]
+    assert rc == 0, f"pgpdecd exit {rc}: {text[-2000:]}"
 
 
 def test_real_decrypt_and_metadata(daemon):

@@ -1,0 +1,327 @@
+/* SPDX-License-Identifier: MIT */
+/* GnuTLS over our own buffers (see tls.h); the only module calling GnuTLS. */
+#include <errno.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/crypto.h>
+#include <gnutls/x509.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "config.h"
+#include "log.h"
+#include "tls.h"
+
+#define TIN_SIZE (64u << 10) /* a few records of ciphertext */
+#define MAX_PINS 64
+
+struct pd_tls_creds {
+	atomic_uint n_ref;
+	gnutls_certificate_credentials_t x509;
+	gnutls_priority_t prio;
+	bool require_cert;
+	bool verify_ca;
+	size_t n_pins;
+	uint8_t pins[MAX_PINS][32];
+};
+
+struct pd_tls {
+	gnutls_session_t s;
+	struct pd_tls_creds *cr;
+	pd_tls_push_fn push;
+	void *user;
+	uint8_t *in;
+	size_t in_start, in_end;
+	bool ready;
+	char detail[160];
+};
+
+static int err_from_gnutls(int e)
+{
+	switch (e) {
+	case GNUTLS_E_MEMORY_ERROR: return -ENOMEM;
+	case GNUTLS_E_FILE_ERROR: return -ENOENT;
+	default: return -EPROTO;
+	}
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9') return c - '0';
+	if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+	return -1;
+}
+
+int pd_tls_creds_load(struct pd_tls_creds **ret, const struct pd_config *c, char *err, size_t errlen)
+{
+	struct pd_tls_creds *cr = calloc(1, sizeof(*cr));
+	const char *prio = c->tls_min_version && !strcmp(c->tls_min_version, "1.2")
+	                       ? "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
+	                       : "NORMAL:-VERS-ALL:+VERS-TLS1.3";
+	int r;
+
+	if (!cr)
+		return -ENOMEM;
+	atomic_init(&cr->n_ref, 1);
+	cr->require_cert = c->tls_require_client_cert;
+	r = gnutls_certificate_allocate_credentials(&cr->x509);
+	if (r < 0) {
+		free(cr);
+		return -ENOMEM;
+	}
+	r = gnutls_certificate_set_x509_key_file(cr->x509, c->tls_cert, c->tls_key, GNUTLS_X509_FMT_PEM);
+	if (r < 0) {
+		snprintf(err, errlen, "tls-cert %s / tls-key %s: %s", c->tls_cert, c->tls_key, gnutls_strerror(r));
+		goto fail;
+	}
+	if (c->tls_ca) {
+		r = gnutls_certificate_set_x509_trust_file(cr->x509, c->tls_ca, GNUTLS_X509_FMT_PEM);
+		if (r <= 0) {
+			snprintf(err, errlen, "tls-ca %s: %s", c->tls_ca, r == 0 ? "no certificate in it" : gnutls_strerror(r));
+			r = r == 0 ? GNUTLS_E_FILE_ERROR : r;
+			goto fail;
+		}
+		cr->verify_ca = true;
+	}
+	for (size_t i = 0; i < c->tls_pins.n && i < MAX_PINS; i++) {
+		const char *p = c->tls_pins.v[i];
+		size_t n = 0;
+		for (; *p && n < 64; p++) {
+			if (*p == ':')
+				continue;
+			int v = hexval(*p);
+			if (n & 1)
+				cr->pins[cr->n_pins][n / 2] |= (uint8_t)v;
+			else
+				cr->pins[cr->n_pins][n / 2] = (uint8_t)(v << 4);
+			n++;
+		}
+		cr->n_pins++;
+	}
+	r = gnutls_priority_init(&cr->prio, prio, NULL);
+	if (r < 0) {
+		snprintf(err, errlen, "TLS priorities: %s", gnutls_strerror(r));
+		goto fail;
+	}
+	*ret = cr;
+	return 0;
+fail:
+	gnutls_certificate_free_credentials(cr->x509);
+	free(cr);
+	return err_from_gnutls(r);
+}
+
+struct pd_tls_creds *pd_tls_creds_ref(struct pd_tls_creds *cr)
+{
+	atomic_fetch_add(&cr->n_ref, 1);
+	return cr;
+}
+
+struct pd_tls_creds *pd_tls_creds_unref(struct pd_tls_creds *cr)
+{
+	if (!cr || atomic_fetch_sub(&cr->n_ref, 1) != 1)
+		return NULL;
+	gnutls_priority_deinit(cr->prio);
+	gnutls_certificate_free_credentials(cr->x509);
+	free(cr);
+	return NULL;
+}
+
+/* GnuTLS asks for ciphertext: give it what the session read, or EAGAIN. */
+static ssize_t pull(gnutls_transport_ptr_t ptr, void *buf, size_t len)
+{
+	struct pd_tls *t = ptr;
+	size_t n = t->in_end - t->in_start;
+	if (!n) {
+		gnutls_transport_set_errno(t->s, EAGAIN);
+		return -1;
+	}
+	if (n > len)
+		n = len;
+	memcpy(buf, t->in + t->in_start, n);
+	t->in_start += n;
+	if (t->in_start == t->in_end)
+		t->in_start = t->in_end = 0;
+	return (ssize_t)n;
+}
+
+/* Records out: one buffer per flush for the session's writer (which never refuses). */
+static ssize_t vec_push(gnutls_transport_ptr_t ptr, const giovec_t *iov, int iovcnt)
+{
+	struct pd_tls *t = ptr;
+	size_t total = 0;
+	for (int i = 0; i < iovcnt; i++)
+		total += iov[i].iov_len;
+	if (iovcnt == 1) {
+		t->push(t->user, iov[0].iov_base, total);
+		return (ssize_t)total;
+	}
+	uint8_t *p = malloc(total ? total : 1);
+	if (!p) {
+		gnutls_transport_set_errno(t->s, ENOMEM);
+		return -1;
+	}
+	size_t off = 0;
+	for (int i = 0; i < iovcnt; i++) {
+		memcpy(p + off, iov[i].iov_base, iov[i].iov_len);
+		off += iov[i].iov_len;
+	}
+	t->push(t->user, p, total);
+	free(p);
+	return (ssize_t)total;
+}
+
+int pd_tls_new(struct pd_tls **ret, struct pd_tls_creds *cr, pd_tls_push_fn push, void *user)
+{
+	struct pd_tls *t = calloc(1, sizeof(*t));
+	int r;
+
+	if (!t || !(t->in = malloc(TIN_SIZE))) {
+		free(t);
+		return -ENOMEM;
+	}
+	r = gnutls_init(&t->s, GNUTLS_SERVER | GNUTLS_NONBLOCK | GNUTLS_NO_SIGNAL);
+	if (r < 0) {
+		free(t->in);
+		free(t);
+		return err_from_gnutls(r);
+	}
+	t->cr = pd_tls_creds_ref(cr);
+	t->push = push;
+	t->user = user;
+	gnutls_priority_set(t->s, cr->prio);
+	gnutls_credentials_set(t->s, GNUTLS_CRD_CERTIFICATE, cr->x509);
+	if (cr->require_cert)
+		gnutls_certificate_server_set_request(t->s, GNUTLS_CERT_REQUIRE);
+	else if (cr->verify_ca || cr->n_pins)
+		gnutls_certificate_server_set_request(t->s, GNUTLS_CERT_REQUEST);
+	/* With a CA, GnuTLS verifies the chain and validity during the handshake. */
+	if (cr->verify_ca)
+		gnutls_session_set_verify_cert(t->s, NULL, 0);
+	gnutls_transport_set_ptr(t->s, t);
+	gnutls_transport_set_pull_function(t->s, pull);
+	gnutls_transport_set_vec_push_function(t->s, vec_push);
+	gnutls_handshake_set_timeout(t->s, 0); /* the session's sweep enforces it */
+	*ret = t;
+	return 0;
+}
+
+struct pd_tls *pd_tls_free(struct pd_tls *t)
+{
+	if (!t)
+		return NULL;
+	gnutls_deinit(t->s);
+	pd_tls_creds_unref(t->cr);
+	explicit_bzero(t->in, TIN_SIZE);
+	free(t->in);
+	free(t);
+	return NULL;
+}
+
+size_t pd_tls_in_room(struct pd_tls *t, uint8_t **ret_p)
+{
+	if (t->in_start && t->in_end == TIN_SIZE) {
+		memmove(t->in, t->in + t->in_start, t->in_end - t->in_start);
+		t->in_end -= t->in_start;
+		t->in_start = 0;
+	}
+	*ret_p = t->in + t->in_end;
+	return TIN_SIZE - t->in_end;
+}
+
+void pd_tls_in_commit(struct pd_tls *t, size_t n) { t->in_end += n; }
+
+/* Pins: the SHA-256 of the client certificate (DER) must be listed. */
+static bool pin_ok(struct pd_tls *t)
+{
+	unsigned n = 0;
+	const gnutls_datum_t *certs = gnutls_certificate_get_peers(t->s, &n);
+	uint8_t h[32];
+
+	if (!t->cr->n_pins)
+		return true;
+	if (!certs || !n)
+		return !t->cr->require_cert;
+	if (gnutls_hash_fast(GNUTLS_DIG_SHA256, certs[0].data, certs[0].size, h) < 0)
+		return false;
+	for (size_t i = 0; i < t->cr->n_pins; i++)
+		if (!memcmp(h, t->cr->pins[i], 32))
+			return true;
+	return false;
+}
+
+ssize_t pd_tls_read(struct pd_tls *t, uint8_t *out, size_t cap)
+{
+	int r;
+	if (!t->ready) {
+		r = gnutls_handshake(t->s);
+		if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED)
+			return 0;
+		if (r < 0) {
+			if (r == GNUTLS_E_CERTIFICATE_VERIFICATION_ERROR) {
+				gnutls_datum_t why = { 0 };
+				unsigned st = gnutls_session_get_verify_cert_status(t->s);
+				if (gnutls_certificate_verification_status_print(st, GNUTLS_CRT_X509, &why, 0) == 0) {
+					snprintf(t->detail, sizeof(t->detail), "client certificate refused: %s", why.data);
+					gnutls_free(why.data);
+				} else {
+					snprintf(t->detail, sizeof(t->detail), "client certificate refused");
+				}
+			} else {
+				snprintf(t->detail, sizeof(t->detail), "TLS handshake failed: %s", gnutls_strerror(r));
+			}
+			return -EPROTO;
+		}
+		if (!pin_ok(t)) {
+			snprintf(t->detail, sizeof(t->detail), "client certificate is not among tls-pin");
+			return -EACCES;
+		}
+		t->ready = true;
+	}
+	if (!cap)
+		return 0;
+	ssize_t n = gnutls_record_recv(t->s, out, cap);
+	if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
+		return 0;
+	if (n == 0)
+		return -EPIPE;
+	if (n < 0) {
+		snprintf(t->detail, sizeof(t->detail), "TLS: %s", gnutls_strerror((int)n));
+		return -EPROTO;
+	}
+	return n;
+}
+
+bool pd_tls_ready(const struct pd_tls *t) { return t->ready; }
+
+int pd_tls_write(struct pd_tls *t, const uint8_t *p, size_t len)
+{
+	gnutls_record_cork(t->s);
+	while (len) {
+		ssize_t n = gnutls_record_send(t->s, p, len);
+		if (n < 0) {
+			if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
+				continue;
+			snprintf(t->detail, sizeof(t->detail), "TLS: %s", gnutls_strerror((int)n));
+			return -EPROTO;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	int r;
+	do
+		r = gnutls_record_uncork(t->s, GNUTLS_RECORD_WAIT);
+	while (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED);
+	return r < 0 ? -EPROTO : 0;
+}
+
+void pd_tls_bye(struct pd_tls *t)
+{
+	if (t->ready)
+		gnutls_bye(t->s, GNUTLS_SHUT_WR);
+}
+
+const char *pd_tls_detail(const struct pd_tls *t) { return t->detail; }

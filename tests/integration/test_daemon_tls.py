@@ -1,0 +1,197 @@
+# SPDX-License-Identifier: MIT
+"""pgpdecd's TLS listener (GnuTLS) and access control, with certificates made
+at test time by certtool: good client, no client certificate, a certificate
+from another CA, an expired certificate, a pinned self-signed certificate,
+plain TCP on the TLS port, a client vanishing mid-handshake.  Each refusal is
+clean and the daemon keeps serving."""
+import hashlib
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import pdwire  # noqa: E402
+from pdwire import Client, ConnectionEnded  # noqa: E402
+from test_daemon import Daemon, PGPDECD, check_ok, world  # noqa: E402,F401
+
+pytestmark = pytest.mark.skipif(not shutil.which("certtool") or not shutil.which("gpg") or not os.path.exists(PGPDECD),
+                                reason="needs certtool (gnutls-bin), gpg and a built daemon")
+
+
+def certtool(*args):
+    subprocess.run(["certtool", *args], check=True, capture_output=True)
+
+
+def make_ca(d, name):
+    key, pem, tmpl = d / f"{name}.key", d / f"{name}.pem", d / f"{name}.tmpl"
+    certtool("--generate-privkey", "--key-type=ecdsa", "--outfile", str(key))
+    tmpl.write_text(f'cn = "{name}"\nca\ncert_signing_key\nexpiration_days = 30\n')
+    certtool("--generate-self-signed", "--load-privkey", str(key), "--template", str(tmpl), "--outfile", str(pem))
+    return key, pem
+
+
+def make_cert(d, name, ca, extra, self_signed=False):
+    key, pem, tmpl = d / f"{name}.key", d / f"{name}.pem", d / f"{name}.tmpl"
+    certtool("--generate-privkey", "--key-type=ecdsa", "--outfile", str(key))
+    tmpl.write_text(f'cn = "{name}"\n{extra}')
+    if self_signed:
+        certtool("--generate-self-signed", "--load-privkey", str(key), "--template", str(tmpl), "--outfile", str(pem))
+    else:
+        certtool("--generate-certificate", "--load-privkey", str(key), "--load-ca-certificate", str(ca[1]),
+                 "--load-ca-privkey", str(ca[0]), "--template", str(tmpl), "--outfile", str(pem))
+    return key, pem
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pki")
+    ca = make_ca(d, "ca")
+    other = make_ca(d, "otherca")
+    srv = make_cert(d, "localhost", ca, 'dns_name = "localhost"\nip_address = "127.0.0.1"\n'
+                    'tls_www_server\nexpiration_days = 30\n')
+    good = make_cert(d, "client", ca, "tls_www_client\nexpiration_days = 30\n")
+    foreign = make_cert(d, "foreign", other, "tls_www_client\nexpiration_days = 30\n")
+    expired = make_cert(d, "expired", ca, 'tls_www_client\nactivation_date = "2020-01-01 00:00:00 UTC"\n'
+                        'expiration_date = "2020-02-01 00:00:00 UTC"\n')
+    selfsigned = make_cert(d, "selfsigned", None, "tls_www_client\nexpiration_days = 30\n", self_signed=True)
+    return {"ca": ca, "srv": srv, "good": good, "foreign": foreign, "expired": expired, "self": selfsigned}
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def tls_client(port, pki, cert=None, timeout=20):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(str(pki["ca"][1]))
+    if cert:
+        ctx.load_cert_chain(str(cert[1]), str(cert[0]))
+    raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    return Client(sock=ctx.wrap_socket(raw, server_hostname="localhost"), timeout=timeout)
+
+
+def refused(fn):
+    """The TLS handshake or the first exchange fails; never a hang."""
+    try:
+        c = fn()
+        c.ping(b"x")
+    except (ssl.SSLError, ConnectionEnded, ConnectionResetError, BrokenPipeError, OSError):
+        return True
+    return False
+
+
+def wait_port(port):
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+
+
+def test_tls_mutual(world, pki, tmp_path):
+    port = free_port()
+    d = Daemon(world, tmp_path, "--listen", f"tcp:127.0.0.1:{port}", "--tls-cert", str(pki["srv"][1]),
+               "--tls-key", str(pki["srv"][0]), "--tls-ca", str(pki["ca"][1]), "--tls-handshake-timeout", "2s")
+    try:
+        wait_port(port)
+        c = tls_client(port, pki, pki["good"])
+        assert c.ping(b"over tls") == b"over tls"
+        for plain, msg in world["msgs"]:
+            got, res, _ = c.decrypt(msg)
+            check_ok(got, res, plain)
+        assert refused(lambda: tls_client(port, pki, None)), "no client certificate"
+        assert refused(lambda: tls_client(port, pki, pki["foreign"])), "certificate from another CA"
+        assert refused(lambda: tls_client(port, pki, pki["expired"])), "expired certificate"
+        # Plain protocol on the TLS port.
+        p = Client(tcp=("127.0.0.1", port), hello=False, timeout=10)
+        p.send(pdwire.frame(pdwire.HELLO, 0, b"PGPD\x00\x01\x00\x01"))
+        with pytest.raises((ConnectionEnded, ConnectionResetError)):
+            p.recv_frame()
+        # A client that vanishes mid-handshake, and one that never speaks.
+        raw = socket.create_connection(("127.0.0.1", port))
+        raw.send(b"\x16\x03\x01\x00\xff\x01\x00\x00\xfb\x03\x03")
+        raw.close()
+        silent = socket.create_connection(("127.0.0.1", port))
+        silent.settimeout(10)
+        t0 = time.time()
+        assert silent.recv(1) == b""  # closed after the handshake timeout
+        assert time.time() - t0 < 8
+        # The good client is still served, and new ones too.
+        assert c.ping(b"still") == b"still"
+        assert tls_client(port, pki, pki["good"]).ping(b"new") == b"new"
+        log = d.logtext()
+        assert "client certificate refused" in log or "TLS handshake failed" in log
+        # The project's own client speaks TLS to it too.
+        client = os.path.join(os.path.dirname(PGPDECD), "..", "client", "pgpdecd-client")
+        if os.path.exists(client):
+            tls = ["--connect", f"127.0.0.1:{port}", "--tls-ca", str(pki["ca"][1]), "--tls-cert",
+                   str(pki["good"][1]), "--tls-key", str(pki["good"][0]), "--tls-server-name", "localhost"]
+            f = tmp_path / "m.pgp"
+            f.write_bytes(world["msgs"][4][1])
+            p = subprocess.run([client, *tls, str(f)], capture_output=True, timeout=60)
+            assert p.returncode == 0 and p.stdout == world["msgs"][4][0], p.stderr
+            p = subprocess.run([client, *tls[:4], str(f)], capture_output=True, timeout=60)
+            assert p.returncode != 0  # no client certificate
+    finally:
+        assert d.stop() == 0
+
+
+def test_tls_pins(world, pki, tmp_path):
+    der = subprocess.run(["certtool", "--certificate-info", "--infile", str(pki["self"][1]), "--outder"],
+                         check=True, capture_output=True).stdout
+    pin = hashlib.sha256(der).hexdigest()
+    port = free_port()
+    d = Daemon(world, tmp_path, "--listen", f"tcp:127.0.0.1:{port}", "--tls-cert", str(pki["srv"][1]),
+               "--tls-key", str(pki["srv"][0]), "--tls-pin", pin)
+    try:
+        wait_port(port)
+        assert tls_client(port, pki, pki["self"]).ping(b"pinned") == b"pinned"
+        assert refused(lambda: tls_client(port, pki, pki["good"])), "CA-signed but not pinned"
+        assert refused(lambda: tls_client(port, pki, None))
+    finally:
+        assert d.stop() == 0
+
+
+def test_plain_tcp_rules(world, tmp_path):
+    port = free_port()
+    p = subprocess.run([PGPDECD, "--listen", f"tcp:127.0.0.1:{port}", "--keydir", str(world["keys"])],
+                       capture_output=True, timeout=60)
+    assert p.returncode != 0 and b"allow-plain-tcp" in p.stderr
+    p = subprocess.run([PGPDECD, "--listen", f"tcp:0.0.0.0:{port}", "--allow-plain-tcp", "--keydir",
+                        str(world["keys"])], capture_output=True, timeout=60)
+    assert p.returncode != 0 and b"loopback" in p.stderr
+    d = Daemon(world, tmp_path, "--listen", f"tcp:127.0.0.1:{port}", "--allow-plain-tcp")
+    try:
+        wait_port(port)
+        c = Client(tcp=("127.0.0.1", port))
+        plain, msg = world["msgs"][3]
+        got, res, _ = c.decrypt(msg)
+        check_ok(got, res, plain)
+    finally:
+        assert d.stop() == 0
+
+
+def test_per_peer_limit(world, tmp_path):
+    d = Daemon(world, tmp_path, "--max-connections-per-peer", "2")
+    try:
+        a, b = d.client(), d.client()
+        with pytest.raises(ConnectionEnded) as e:
+            d.client()
+        assert e.value.status == 30
+        a.close()
+        time.sleep(0.3)
+        assert d.client().ping(b"ok") == b"ok"
+        b.close()
+    finally:
+        assert d.stop() == 0

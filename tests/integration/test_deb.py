@@ -1,0 +1,151 @@
+# SPDX-License-Identifier: MIT
+"""Debian packages: contrib/build-deb.sh builds them from a copy of the tree,
+each holds what it should (dpkg-deb -c), the maintainer scripts create the
+user and directories, and lintian reports no error.
+
+Slow (a full package build, several minutes on a busy machine): skipped when
+PD_SKIP_DEB=1, and in sanitizer builds (check.sh's second pass).  Package
+contents and lintian's warnings are written to build/deb-report.txt.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("PD_BUILD_DIR", SRC / "build")).resolve()
+
+
+def _sanitized_build():
+    try:
+        opts = json.loads((BUILD / "meson-info" / "intro-buildoptions.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return any(o["name"] == "b_sanitize" and o["value"] not in ("none", "", []) for o in opts)
+
+
+pytestmark = [
+    pytest.mark.skipif(os.environ.get("PD_SKIP_DEB") == "1", reason="PD_SKIP_DEB=1"),
+    pytest.mark.skipif(_sanitized_build(), reason="packages are built once, not in the sanitizer pass"),
+    pytest.mark.skipif(not all(shutil.which(t) for t in ("dpkg-buildpackage", "dh", "lintian")),
+                       reason="dpkg-dev, debhelper or lintian missing"),
+]
+
+# Paths each package must ship (multiarch directory matched loosely).
+WANT = {
+    "pgpdecd": [
+        r"\./usr/sbin/pgpdecd$",
+        r"\./lib/systemd/system/pgpdecd\.service$",
+        r"\./lib/systemd/system/pgpdecd\.socket$",
+        r"\./usr/lib/sysusers\.d/pgpdecd\.conf$",
+        r"\./usr/lib/tmpfiles\.d/pgpdecd\.conf$",
+        r"\./etc/pgpdecd/pgpdecd\.conf$",
+        r"\./usr/share/man/man8/pgpdecd\.8\.gz$",
+        r"\./usr/share/man/man5/pgpdecd\.conf\.5\.gz$",
+        r"\./usr/share/doc/pgpdecd/copyright$",
+    ],
+    "pgpdecd-client": [
+        r"\./usr/bin/pgpdecd-client$",
+        r"\./usr/share/man/man1/pgpdecd-client\.1\.gz$",
+        r"\./usr/share/doc/pgpdecd-client/examples/postfix/README\.md$",
+        r"\./usr/share/doc/pgpdecd-client/examples/haproxy/haproxy\.cfg$",
+    ],
+    "libpdclient0": [
+        r"\./usr/lib/[^/]+/libpdclient\.so\.0\.\d+\.\d+$",
+        r"\./usr/lib/[^/]+/libpdclient\.so\.0 -> ",
+    ],
+    "libpdclient-dev": [
+        r"\./usr/include/pdclient\.h$",
+        r"\./usr/lib/[^/]+/libpdclient\.so -> ",
+        r"\./usr/lib/[^/]+/pkgconfig/pdclient\.pc$",
+    ],
+}
+# Nothing of one package may sneak into another.
+NOT = {
+    "pgpdecd": [r"pgpdecd-client", r"libpdclient", r"\.h$"],
+    "pgpdecd-client": [r"/sbin/", r"\.service$", r"libpdclient\.so"],
+    "libpdclient0": [r"/bin/", r"\.h$", r"\.pc$", r"libpdclient\.so -> "],
+    "libpdclient-dev": [r"/bin/", r"\.so\.0"],
+}
+
+
+@pytest.fixture(scope="module")
+def debs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("debs")
+    r = subprocess.run([str(SRC / "contrib" / "build-deb.sh"), str(out)],
+                       capture_output=True, text=True, timeout=3600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    found = {}
+    for d in out.glob("*.deb"):
+        name = d.name.split("_")[0]
+        if not name.endswith("-dbgsym"):
+            found[name] = d
+    assert sorted(found) == sorted(WANT), sorted(found)
+    return found
+
+
+def contents(deb):
+    r = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True)
+    # "perm owner size date time path [-> target]"
+    return [" ".join(l.split()[5:]) for l in r.stdout.splitlines()], r.stdout
+
+
+def test_contents(debs):
+    report = []
+    for pkg, deb in sorted(debs.items()):
+        paths, raw = contents(deb)
+        report.append(f"== {deb.name}\n{raw}")
+        for pat in WANT[pkg]:
+            assert any(re.match(pat, p) for p in paths), f"{pkg}: nothing matches {pat}\n{raw}"
+        for pat in NOT[pkg]:
+            bad = [p for p in paths if re.search(pat, p.split(" -> ")[0] + (" -> " if " -> " in p else ""))]
+            assert not bad, f"{pkg} ships {bad}"
+        # root-owned, and nothing setuid or world-writable
+        for line in raw.splitlines():
+            perm, owner = line.split()[:2]
+            assert owner == "root/root", line
+            assert "s" not in perm and not (perm[8] == "w" and perm[0] != "l"), line
+    (BUILD / "deb-report.txt").write_text("".join(report))
+
+
+def test_control(debs):
+    info = subprocess.run(["dpkg-deb", "-f", str(debs["pgpdecd"]), "Depends"],
+                          capture_output=True, text=True, check=True).stdout
+    assert "systemd-sysusers" in info or "systemd" in info, info
+    ctl = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(debs["pgpdecd"])],
+                         capture_output=True, check=True).stdout
+    import io
+    import tarfile
+    t = tarfile.open(fileobj=io.BytesIO(ctl))
+    conffiles = t.extractfile("./conffiles").read().decode()
+    assert "/etc/pgpdecd/pgpdecd.conf" in conffiles.split()
+    postinst = t.extractfile("./postinst").read().decode()
+    assert "systemd-sysusers" in postinst and "pgpdecd.conf" in postinst
+    assert "systemd-tmpfiles" in postinst
+    assert "deb-systemd-helper" in postinst
+    # installing must not start a service that has no keys yet
+    assert "deb-systemd-invoke" not in postinst or "start" not in re.findall(
+        r"deb-systemd-invoke (\w+)", postinst)
+    dev = subprocess.run(["dpkg-deb", "-f", str(debs["libpdclient-dev"]), "Depends"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "libpdclient0 (= " in dev
+
+
+def test_lintian(debs):
+    r = subprocess.run(["lintian", "--tag-display-limit", "0", "--no-override",
+                        *map(str, sorted(debs.values()))],
+                       capture_output=True, text=True, timeout=1800,
+                       env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8",
+                            "HOME": os.environ.get("HOME", "/")})
+    lines = [l for l in r.stdout.splitlines() if re.match(r"^[EWIPNX]: ", l)]
+    with open(BUILD / "deb-report.txt", "a") as f:
+        f.write("== lintian\n" + "".join(l + "\n" for l in lines))
+    errors = [l for l in lines if l.startswith("E: ")]
+    assert not errors, "\n".join(lines)
+    for l in lines:
+        if l.startswith("W: "):
+            print(l)
