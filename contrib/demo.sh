@@ -44,10 +44,10 @@ mkdir -m 700 "$GNUPGHOME"
 gpg() { command gpg --batch --no-tty --pinentry-mode loopback --passphrase '' "$@"; }
 
 echo "== generating keys in $GNUPGHOME"
-gpg -q --quick-gen-key '<demo-ecc@pgpdecd.example>' ed25519 cert never
+gpg -q --quick-gen-key '<demo-ecc@pgpdecd.example>' ed25519 sign never 2>/dev/null
 FPR_ECC=$(gpg --with-colons -k '<demo-ecc@pgpdecd.example>' | awk -F: '/^fpr/{print $10; exit}')
-gpg -q --quick-add-key "$FPR_ECC" cv25519 encr never
-gpg -q --quick-gen-key '<demo-rsa@pgpdecd.example>' rsa3072 cert,sign,encr never
+gpg -q --quick-add-key "$FPR_ECC" cv25519 encr never 2>/dev/null
+gpg -q --quick-gen-key '<demo-rsa@pgpdecd.example>' rsa3072 cert,sign,encr never 2>/dev/null
 gpg --export-secret-keys >"$WORK/keys.pgp" # both keys in one file
 gpg --export '<demo-ecc@pgpdecd.example>' >"$WORK/ecc.cert"
 gpg --export '<demo-rsa@pgpdecd.example>' >"$WORK/rsa.cert"
@@ -94,13 +94,16 @@ if info:
     print(f"    opened by:  {info['pk_algo']} key {info['key_fpr']}")
     print(f"    cipher:     {info['sym_algo']}, integrity {info['integrity']}, "
           f"compression {'+'.join(info['compression']) or 'none'}, armored {info['armored']}")
+    if info["issuers"]:
+        print(f"    signed by:  key ID {', '.join(info['issuers'])} "
+              f"({info['n_signatures']} signature(s), reported, not verified)")
     lit = info["literal"] or {}
     print(f"    literal:    format {lit.get('format')!s} name {lit.get('name')!r} date {lit.get('date')}")
 EOF
 	rm -f "$WORK/out"
 }
 
-E="gpg --trust-model always"
+E="gpg -q --trust-model always"
 $E -o "$WORK/m1.asc" --armor --recipient-file "$WORK/ecc.cert" --encrypt "$WORK/hello.txt"
 show "gpg, armored, to cv25519" "$WORK/m1.asc" "$WORK/hello.txt"
 $E -o "$WORK/m2.pgp" --recipient-file "$WORK/rsa.cert" --compress-algo none --encrypt "$WORK/random-1MiB.bin"

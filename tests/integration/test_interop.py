@@ -63,6 +63,11 @@ def _slices():
                     for sl in (1, 7, 4096):
                         if sl == 1 and size > 4 * KIB:
                             continue
+                        # 1 MiB in 7-octet slices is 150,000 engine rounds:
+                        # under the sanitizers once is enough
+                        if LEAN and size == MIB and sl == 7 and (peer, key, armor) != (
+                                "gpg", "gpg-cv25519", False):
+                            continue
                         yield pytest.param(peer, key, size, armor, sl,
                                            id=f"{peer}-{key}-{size}B-{'asc' if armor else 'bin'}-slice{sl}")
 
@@ -242,7 +247,7 @@ def test_metadata_textmode(pd, keys, tools, plain, matrix):
     out = tools.tmp(".pgp")
     tools.gpg("--trust-model", "always", "--recipient-file", str(k.cert), "--textmode",
               "-o", str(out), "--encrypt", str(plain.get(4 * KIB, "text")))
-    ref = tools.gpg("--decrypt", str(out)).stdout
+    ref = plain.get(4 * KIB, "text").read_bytes()
     r = pd(out, [k])
     # gpg turns the canonical CRLF of a text-mode literal into LF on output;
     # pgpdecd hands over the literal's octets exactly as the sender wrote them.
