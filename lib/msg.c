@@ -29,14 +29,21 @@
 #include "pgp/skesk.h"
 #include "pgp/unwrap.h"
 
-#define BUF_SIZE (64 * 1024)
+#define BUF_SIZE (64 * 1024) /* largest buffer of a layer (and of the input) */
+#define BUF_MIN (16 * 1024)  /* first size: small messages never need more */
 #define COLL_MAX 8192      /* largest ESK / one-pass / signature head collected */
 #define LAYERS_MAX 16      /* hard ceiling, whatever the configured depth */
 #define CHDR_MAX 64        /* container header (version + AEAD parameters) */
 
+/* Buffers start at BUF_MIN and double up to BUF_SIZE only when a producer
+ * fills all the room it is given, i.e. for bulk data: a 4 KiB message
+ * touches (and later wipes) a few KiB, not 64 KiB per layer, and its
+ * allocations stay small enough that malloc does not trim and re-grow the
+ * heap around every message.  hw (high-water mark) bounds what was ever
+ * written, so only that much is wiped. */
 struct buf {
 	uint8_t *d;
-	size_t cap, start, end;
+	size_t cap, start, end, hw;
 };
 
 enum lstate {
@@ -95,6 +102,7 @@ struct pd_msg {
 	struct layer layers[LAYERS_MAX];
 	size_t depth;          /* layers in use */
 	uint8_t *coll;         /* COLL_MAX octets */
+	size_t coll_hw;        /* octets of coll ever written (wiped at the end) */
 	uint32_t npackets;
 	/* outer layer */
 	struct esk *esks;
@@ -158,20 +166,52 @@ static size_t buf_space(struct buf *b)
 	return b->cap - b->end;
 }
 
+/* n octets were written at the end. */
+static void buf_commit(struct buf *b, size_t n)
+{
+	b->end += n;
+	if (b->end > b->hw)
+		b->hw = b->end;
+}
+
+/* Move to storage of at least want octets (doubling, capped at BUF_SIZE);
+ * the old storage is wiped.  Failure is not an error: the buffer simply
+ * stays smaller. */
+static void buf_grow(struct buf *b, size_t want)
+{
+	size_t ncap = b->cap;
+	while (ncap < want && ncap < BUF_SIZE)
+		ncap *= 2;
+	ncap = PD_MIN(ncap, (size_t)BUF_SIZE);
+	if (ncap <= b->cap)
+		return;
+	uint8_t *n = malloc(ncap);
+	if (!n)
+		return;
+	size_t av = buf_avail(b);
+	memcpy(n, b->d + b->start, av);
+	pd_wipe(b->d, b->hw);
+	free(b->d);
+	*b = (struct buf){ .d = n, .cap = ncap, .start = 0, .end = av, .hw = av };
+}
+
+/* A producer filled all the room it had: the stream is bulk, go bigger. */
+static void buf_filled(struct buf *b)
+{
+	if (b->cap < BUF_SIZE)
+		buf_grow(b, b->cap * 2);
+}
+
 static int buf_init(struct buf *b)
 {
-	b->d = malloc(BUF_SIZE);
-	if (!b->d)
-		return -ENOMEM;
-	b->cap = BUF_SIZE;
-	b->start = b->end = 0;
-	return 0;
+	*b = (struct buf){ .d = malloc(BUF_MIN), .cap = BUF_MIN };
+	return b->d ? 0 : -ENOMEM;
 }
 
 static void buf_deinit(struct buf *b)
 {
 	if (b->d) {
-		pd_wipe(b->d, b->cap);
+		pd_wipe(b->d, b->hw);
 		free(b->d);
 	}
 	*b = (struct buf){ 0 };
@@ -713,6 +753,7 @@ static int run_deepest(struct pd_msg *m, uint8_t *out, size_t cap, size_t *ret_l
 				size_t k = PD_MIN(n, L->cwant - L->chave);
 				memcpy(m->coll + L->chave, p, k);
 				L->chave += k;
+				m->coll_hw = PD_MAX(m->coll_hw, L->chave);
 				body_consume(L, k);
 				*progress = true;
 				if (L->chave < L->cwant)
@@ -841,7 +882,11 @@ static int run_xform(struct pd_msg *m, size_t li, struct pd_worker *w, bool *pro
 			return fail(m, r, "decryption failed: %s", pd_strerror(r));
 		}
 		body_consume(L, used);
-		C->in->end += produced;
+		buf_commit(C->in, produced);
+		/* Room was the limit (SEIPD v1 keeps its 22 MDC octets back, so
+		 * "nearly all of it" counts): a bulk stream, let the buffer grow. */
+		if (produced + 64 >= space)
+			buf_filled(C->in);
 		if (used || produced)
 			*progress = true;
 		if (L->xk == X_INFLATE) {
@@ -946,7 +991,7 @@ struct pd_msg *pd_msg_free(struct pd_msg *m, struct pd_worker *w)
 	}
 	free(m->esks);
 	if (m->coll) {
-		pd_wipe(m->coll, COLL_MAX);
+		pd_wipe(m->coll, m->coll_hw);
 		free(m->coll);
 	}
 	if (m->sk) {
@@ -965,7 +1010,7 @@ size_t pd_msg_input_space(const struct pd_msg *m)
 {
 	if (m->armor_end)
 		return SIZE_MAX; /* everything after the armor is ignored */
-	return m->raw.cap - buf_avail(&m->raw);
+	return BUF_SIZE - buf_avail(&m->raw); /* pd_msg_write() grows the buffer to that */
 }
 
 int pd_msg_write(struct pd_msg *m, const uint8_t *in, size_t len, size_t *ret_consumed)
@@ -983,8 +1028,12 @@ int pd_msg_write(struct pd_msg *m, const uint8_t *in, size_t len, size_t *ret_co
 		return fail(m, PD_ELIMIT, "limit exceeded: message larger than %llu octets",
 		            (unsigned long long)m->lim.max_input);
 	size_t n = PD_MIN(len, buf_space(&m->raw));
+	if (n < len && m->raw.cap < BUF_SIZE) {
+		buf_grow(&m->raw, buf_avail(&m->raw) + len);
+		n = PD_MIN(len, buf_space(&m->raw));
+	}
 	memcpy(m->raw.d + m->raw.end, in, n);
-	m->raw.end += n;
+	buf_commit(&m->raw, n);
 	m->info.bytes_in += n;
 	*ret_consumed = n;
 	return 0;
@@ -1064,7 +1113,9 @@ static int run_input(struct pd_msg *m, bool *progress)
 		int r = pd_armor_decode(&m->armor, buf_data(&m->raw), buf_avail(&m->raw), &used,
 		                        L0->in->d + L0->in->end, space, &produced, m->input_closed);
 		buf_consume(&m->raw, used);
-		L0->in->end += produced;
+		buf_commit(L0->in, produced);
+		if (produced && produced == space)
+			buf_filled(L0->in);
 		if (r < 0)
 			return fail(m, r, "bad ASCII armor: %s", pd_strerror(r));
 		if (used || produced)

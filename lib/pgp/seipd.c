@@ -136,9 +136,34 @@ int pd_cfb_run(struct pd_cfb *c, const uint8_t *in, size_t inlen, size_t *ret_us
 
 	/* Each round: S = hold || decrypt(k octets).  All of S but its last
 	 * MDC_LEN octets is certainly not MDC: hash it, release it (minus the
-	 * prefix), keep the tail as the new hold.  Released <= k <= room. */
+	 * prefix), keep the tail as the new hold.  Released <= k <= room.
+	 *
+	 * Bulk rounds build S in the output itself (no copy of the plaintext
+	 * through tmp): hold is written at out[produced], the ciphertext
+	 * decrypted right behind it.  The first round (prefix to drop) and
+	 * rounds with little room go through tmp. */
 	while (used < inlen && produced < outcap) {
-		size_t k = PD_MIN(PD_MIN(inlen - used, outcap - produced), (size_t)STEP);
+		size_t room = outcap - produced;
+		if (!c->prefix_left && room >= c->hold_n + 2 * MDC_LEN) {
+			uint8_t *s = out + produced;
+			size_t k = PD_MIN(inlen - used, room - c->hold_n);
+			memcpy(s, c->hold, c->hold_n);
+			gcry_error_t e = gcry_cipher_decrypt(c->h, s + c->hold_n, k, in + used, k);
+			if (e) {
+				r = pd_err_from_gcry(e);
+				goto out;
+			}
+			used += k;
+			size_t total = c->hold_n + k;
+			size_t rel = total > MDC_LEN ? total - MDC_LEN : 0;
+			gcry_md_write(c->md, s, rel);
+			c->hold_n = total - rel;
+			memcpy(c->hold, s + rel, c->hold_n);
+			pd_wipe(s + rel, c->hold_n); /* beyond what is released: leave no plaintext */
+			produced += rel;
+			continue;
+		}
+		size_t k = PD_MIN(PD_MIN(inlen - used, room), (size_t)STEP);
 		memcpy(tmp, c->hold, c->hold_n);
 		gcry_error_t e = gcry_cipher_decrypt(c->h, tmp + c->hold_n, k, in + used, k);
 		if (e) {
