@@ -16,6 +16,7 @@
 #include "pgp/hkdf.h"
 #include "pgp/seipd.h"
 #include "worker.h"
+#include "aeadenc.h"
 
 #ifndef PD_TEST_DATA
 #error "PD_TEST_DATA must name tests/data"
@@ -117,102 +118,17 @@ static inline size_t tu_rand_range(uint64_t *s, size_t lo, size_t hi) /* [lo, hi
 
 /* ---- test-only encryptor -------------------------------------------- */
 
-struct tu_ct {
-	uint8_t *body;       /* header || chunks || final tag */
-	size_t len, hdrlen;
-	size_t nchunks;
-	size_t chunk_off[512]; /* start of chunk i (ciphertext), tag follows */
-	size_t chunk_len[512]; /* its ciphertext length (without tag) */
-	size_t final_off;
-};
+/* The encryptor itself is shared with tests/tools/pd-test-encrypt. */
+#define tu_ct te_ct
 
-static inline void tu_aead_op(gcry_cipher_hd_t h, const uint8_t *nonce, size_t nlen, const uint8_t *ad,
-                              size_t adlen, uint8_t *data, size_t len, uint8_t *tag)
-{
-	assert_int_equal(gcry_cipher_reset(h), 0);
-	assert_int_equal(gcry_cipher_setiv(h, nonce, nlen), 0);
-	assert_int_equal(gcry_cipher_authenticate(h, ad, adlen), 0);
-	assert_int_equal(gcry_cipher_final(h), 0);
-	uint8_t dummy[1];
-	assert_int_equal(gcry_cipher_encrypt(h, len ? data : dummy, len, NULL, 0), 0);
-	assert_int_equal(gcry_cipher_gettag(h, tag, 16), 0);
-}
-
-/* Encrypt pt as a SEIPD v2 (tag 18) or tag-20 body with session key sk.
- * Written from the RFC/draft text; independent of lib/pgp/aead.c. */
+/* Encrypt pt as a SEIPD v2 (tag 18) or tag-20 body with session key sk
+ * and a random salt/nonce. */
 static inline void tu_encrypt(struct tu_ct *ct, uint8_t tag, uint8_t cipher, uint8_t aead, uint8_t c,
                               const uint8_t *sk, const uint8_t *pt, size_t ptlen)
 {
-	size_t keylen = pd_sym_keylen(cipher), nlen = pd_aead_noncelen(aead);
-	size_t chunk = (size_t)1 << (c + 6);
-	size_t n = (ptlen + chunk - 1) / chunk;
-	uint8_t key[32], iv[16], okm[48], hdr[36];
-	size_t hdrlen;
-
-	assert_true(n < PD_ARRAY_SIZE(ct->chunk_off));
-	hdr[1] = cipher;
-	hdr[2] = aead;
-	hdr[3] = c;
-	if (tag == 18) {
-		hdr[0] = 2;
-		gcry_randomize(hdr + 4, 32, GCRY_WEAK_RANDOM);
-		hdrlen = 36;
-		const uint8_t info[5] = { 0xD2, 2, cipher, aead, c };
-		assert_int_equal(pd_hkdf(GCRY_MD_SHA256, hdr + 4, 32, sk, keylen, info, 5, okm, keylen + nlen - 8), 0);
-		memcpy(key, okm, keylen);
-		memcpy(iv, okm + keylen, nlen - 8);
-	} else {
-		hdr[0] = 1;
-		gcry_randomize(hdr + 4, nlen, GCRY_WEAK_RANDOM);
-		hdrlen = 4 + nlen;
-		memcpy(key, sk, keylen);
-		memcpy(iv, hdr + 4, nlen);
-	}
-	ct->hdrlen = hdrlen;
-	ct->nchunks = n;
-	ct->len = hdrlen + ptlen + 16 * n + 16;
-	ct->body = malloc(ct->len);
-	assert_non_null(ct->body);
-	memcpy(ct->body, hdr, hdrlen);
-
-	gcry_cipher_hd_t h;
-	assert_int_equal(gcry_cipher_open(&h, pd_sym_gcry(cipher), pd_aead_gcry_mode(aead), 0), 0);
-	assert_int_equal(gcry_cipher_setkey(h, key, keylen), 0);
-	size_t o = hdrlen;
-	uint64_t i = 0;
-	for (;; i++) {
-		uint8_t nonce[16], ad[21], be[8];
-		size_t adlen = 5;
-		bool fin = i == n;
-		ad[0] = (uint8_t)(0xC0 | tag);
-		memcpy(ad + 1, hdr, 4);
-		pd_put_be64(be, i);
-		if (tag == 18) {
-			memcpy(nonce, iv, nlen - 8);
-			memcpy(nonce + nlen - 8, be, 8);
-		} else {
-			memcpy(nonce, iv, nlen);
-			for (int k = 0; k < 8; k++)
-				nonce[nlen - 8 + k] ^= be[k];
-			memcpy(ad + 5, be, 8);
-			adlen = 13;
-		}
-		if (fin) {
-			pd_put_be64(ad + adlen, ptlen);
-			ct->final_off = o;
-			tu_aead_op(h, nonce, nlen, ad, adlen + 8, NULL, 0, ct->body + o);
-			o += 16;
-			break;
-		}
-		size_t clen = PD_MIN(chunk, ptlen - i * chunk);
-		ct->chunk_off[i] = o;
-		ct->chunk_len[i] = clen;
-		memcpy(ct->body + o, pt + i * chunk, clen);
-		tu_aead_op(h, nonce, nlen, ad, adlen, ct->body + o, clen, ct->body + o + clen);
-		o += clen + 16;
-	}
-	assert_int_equal(o, ct->len);
-	gcry_cipher_close(h);
+	uint8_t rnd[32];
+	gcry_randomize(rnd, sizeof(rnd), GCRY_WEAK_RANDOM);
+	assert_int_equal(te_encrypt(ct, tag, cipher, aead, c, sk, rnd, pt, ptlen, false), 0);
 }
 
 /* ---- driver ----------------------------------------------------------- */

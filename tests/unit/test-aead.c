@@ -153,7 +153,7 @@ static void test_limits(void **state)
 	assert_int_equal(used, (1u << 16) + 32);
 	assert_int_equal(got, 0);
 	a = pd_aead_free(a, NULL);
-	free(ct.body);
+	te_ct_free(&ct);
 	free(pt);
 }
 
@@ -188,7 +188,7 @@ static void test_roundtrip(void **state)
 					assert_memory_equal(out, pt, outn);
 					free(out);
 				}
-				free(ct.body);
+				te_ct_free(&ct);
 			}
 		}
 	}
@@ -294,7 +294,7 @@ static void tamper_one(uint8_t tag, uint8_t aead, uint8_t c, size_t ptlen)
 		expect_fail(tag, b, ct.len + extra[e], ct.hdrlen, &sk, pt, allowed, false, what);
 	}
 	free(b);
-	free(ct.body);
+	te_ct_free(&ct);
 	free(pt);
 }
 
@@ -356,7 +356,7 @@ static void test_chunk16(void **state)
 		assert_int_equal(outn, len);
 		assert_memory_equal(out, pt, len);
 		free(out);
-		free(ct.body);
+		te_ct_free(&ct);
 	}
 	free(pt);
 }
@@ -385,7 +385,7 @@ static void test_after_end(void **state)
 	assert_int_equal(pd_aead_new(&a, NULL, 18, ct.body, ct.hdrlen, &sk, NULL), 0);
 	assert_int_equal(pd_aead_run(a, NULL, 0, &used, out, sizeof(out), &got, true), PD_EINTEGRITY);
 	a = pd_aead_free(a, NULL);
-	free(ct.body);
+	te_ct_free(&ct);
 }
 
 int main(void)
