@@ -35,6 +35,12 @@ install_missing() {
 			missing="$missing $p"
 		fi
 	done
+	# libgcrypt 1.10.1-3+deb12u1 (bookworm-security) fixes Montgomery-curve
+	# point decoding (X25519/cv25519); older builds must be upgraded.
+	v=$(dpkg-query -W -f='${Version}' libgcrypt20 2>/dev/null || echo 0)
+	if ! dpkg --compare-versions "$v" ge 1.10.1-3+deb12u1; then
+		missing="$missing libgcrypt20 libgcrypt20-dev"
+	fi
 	if [ -z "$missing" ]; then
 		echo "all packages present"
 		return 0

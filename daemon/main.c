@@ -289,6 +289,15 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	pd_log_info("POOL", "%u workers", pd_pool_threads(pd_d.pool));
+	/* Signals first: a SIGTERM that comes as soon as the socket exists is
+	 * handled by the loop, not by the default action. */
+	uv_async_init(pd_d.loop, &m.reload_async, reload_done);
+	uv_signal_init(pd_d.loop, &m.sig_hup);
+	uv_signal_init(pd_d.loop, &m.sig_term);
+	uv_signal_init(pd_d.loop, &m.sig_int);
+	uv_signal_start(&m.sig_hup, on_signal, SIGHUP);
+	uv_signal_start(&m.sig_term, on_signal, SIGTERM);
+	uv_signal_start(&m.sig_int, on_signal, SIGINT);
 	r = pd_sessions_init(pd_d.loop);
 	if (r == 0)
 		r = pd_listeners_start(pd_d.loop, pd_d.cfg, err, sizeof(err));
@@ -297,16 +306,13 @@ int main(int argc, char **argv)
 		pd_listeners_stop();
 		pd_sessions_deinit();
 		pd_pool_stop(pd_d.pool);
+		uv_close((uv_handle_t *)&m.reload_async, NULL);
+		uv_close((uv_handle_t *)&m.sig_hup, NULL);
+		uv_close((uv_handle_t *)&m.sig_term, NULL);
+		uv_close((uv_handle_t *)&m.sig_int, NULL);
 		uv_run(pd_d.loop, UV_RUN_DEFAULT);
 		return 1;
 	}
-	uv_async_init(pd_d.loop, &m.reload_async, reload_done);
-	uv_signal_init(pd_d.loop, &m.sig_hup);
-	uv_signal_init(pd_d.loop, &m.sig_term);
-	uv_signal_init(pd_d.loop, &m.sig_int);
-	uv_signal_start(&m.sig_hup, on_signal, SIGHUP);
-	uv_signal_start(&m.sig_term, on_signal, SIGTERM);
-	uv_signal_start(&m.sig_int, on_signal, SIGINT);
 	pd_notify_init(pd_d.loop);
 	pd_notify_ready();
 	pd_log_info("SYS", "pgpdecd %s ready", PD_VERSION);

@@ -355,6 +355,8 @@ def test_armor_bad_crc(pd, ct, keys, tools, plain, matrix):
     text = text[:i] + (b"A" if text[i:i + 1] != b"A" else b"B") + text[i + 1:]
     f = tools.tmp(".asc")
     f.write_bytes(text)
+    # RFC 9580 §6.1: a reader MUST NOT reject a message for its CRC24; the
+    # MDC is the integrity check, and the data under the armor is intact.
     expect_ok(pd(f, [k]), plain.get(4 * KIB))
 
 

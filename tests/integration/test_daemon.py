@@ -100,11 +100,24 @@ class Daemon:
         args = [PGPDECD, "--listen", "unix:" + self.sock, "--keydir", str(keydir or world["keys"]),
                 "--workers", "2", "--log-level", "debug", *extra]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log, env=env)
-        deadline = time.time() + 20
-        while not os.path.exists(self.sock):
+        deadline = time.time() + 30
+        while not self.answers():
             if self.proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError("daemon did not start:\n" + self.logtext())
             time.sleep(0.02)
+
+    def answers(self):
+        """The loop runs: a HELLO gets a frame back (HELLO, or ERROR when refused)."""
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(5)
+            s.connect(self.sock)
+            s.sendall(frame(pdwire.HELLO, 0, b"PGPD\x00\x01\x00\x01"))
+            ok = len(s.recv(9)) > 0
+            s.close()
+            return ok
+        except OSError:
+            return False
 
     def logtext(self):
         self.log.flush()
