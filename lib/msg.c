@@ -1076,7 +1076,10 @@ static int run_input(struct pd_msg *m, bool *progress)
 
 	if (m->mode < 0) {
 		int r = pd_armor_detect(buf_data(&m->raw), buf_avail(&m->raw), m->input_closed);
-		if (r == PD_EAGAIN && m->input_closed)
+		/* Undecided with the input closed, or with a full input buffer (a
+		 * text preamble longer than the buffer, no BEGIN line in it): not
+		 * OpenPGP.  Waiting would never end: no room for more input. */
+		if (r == PD_EAGAIN && (m->input_closed || buf_avail(&m->raw) >= BUF_SIZE))
 			r = PD_ENOTPGP;
 		if (r == PD_EAGAIN)
 			return 0;
