@@ -783,6 +783,7 @@ static int run_deepest(struct pd_msg *m, uint8_t *out, size_t cap, size_t *ret_l
 			}
 			continue;
 		case L_SKIP:
+		case L_LITERAL:
 			r = body_peek(m, li, &p, &n);
 			if (r == PD_EAGAIN)
 				return 0;
@@ -792,17 +793,9 @@ static int run_deepest(struct pd_msg *m, uint8_t *out, size_t cap, size_t *ret_l
 				L->st = L_HEADER;
 				continue;
 			}
-			body_consume(L, n);
-			*progress = true;
-			continue;
-		case L_LITERAL:
-			r = body_peek(m, li, &p, &n);
-			if (r == PD_EAGAIN)
-				return 0;
-			if (r < 0)
-				return r;
-			if (r == 0) {
-				L->st = L_HEADER;
+			if (L->st == L_SKIP) {
+				body_consume(L, n);
+				*progress = true;
 				continue;
 			}
 			n = PD_MIN(n, cap);
@@ -1083,7 +1076,10 @@ static int run_input(struct pd_msg *m, bool *progress)
 
 	if (m->mode < 0) {
 		int r = pd_armor_detect(buf_data(&m->raw), buf_avail(&m->raw), m->input_closed);
-		if (r == PD_EAGAIN && m->input_closed)
+		/* Undecided with the input closed, or with a full input buffer (a
+		 * text preamble longer than the buffer, no BEGIN line in it): not
+		 * OpenPGP.  Waiting would never end: no room for more input. */
+		if (r == PD_EAGAIN && (m->input_closed || buf_avail(&m->raw) >= BUF_SIZE))
 			r = PD_ENOTPGP;
 		if (r == PD_EAGAIN)
 			return 0;

@@ -121,6 +121,23 @@ static int run_sed(struct pd_cfb *c, const uint8_t *in, size_t inlen, size_t *re
 	return 0;
 }
 
+/* One round in s: S = hold || decrypt(in, k).  All of S but its last
+ * MDC_LEN octets is certainly not MDC: hash it (*rel octets, left at the
+ * start of s) and keep the tail as the new hold. */
+static int mdc_round(struct pd_cfb *c, uint8_t *s, const uint8_t *in, size_t k, size_t *rel)
+{
+	memcpy(s, c->hold, c->hold_n);
+	gcry_error_t e = gcry_cipher_decrypt(c->h, s + c->hold_n, k, in, k);
+	if (e)
+		return pd_err_from_gcry(e);
+	size_t total = c->hold_n + k;
+	*rel = total > MDC_LEN ? total - MDC_LEN : 0;
+	gcry_md_write(c->md, s, *rel);
+	c->hold_n = total - *rel;
+	memcpy(c->hold, s + *rel, c->hold_n);
+	return 0;
+}
+
 int pd_cfb_run(struct pd_cfb *c, const uint8_t *in, size_t inlen, size_t *ret_used,
                uint8_t *out, size_t outcap, size_t *ret_out, bool eof)
 {
@@ -146,37 +163,21 @@ int pd_cfb_run(struct pd_cfb *c, const uint8_t *in, size_t inlen, size_t *ret_us
 		size_t room = outcap - produced;
 		if (!c->prefix_left && room >= c->hold_n + 2 * MDC_LEN) {
 			uint8_t *s = out + produced;
-			size_t k = PD_MIN(inlen - used, room - c->hold_n);
-			memcpy(s, c->hold, c->hold_n);
-			gcry_error_t e = gcry_cipher_decrypt(c->h, s + c->hold_n, k, in + used, k);
-			if (e) {
-				r = pd_err_from_gcry(e);
+			size_t k = PD_MIN(inlen - used, room - c->hold_n), rel;
+			r = mdc_round(c, s, in + used, k, &rel);
+			if (r < 0)
 				goto out;
-			}
 			used += k;
-			size_t total = c->hold_n + k;
-			size_t rel = total > MDC_LEN ? total - MDC_LEN : 0;
-			gcry_md_write(c->md, s, rel);
-			c->hold_n = total - rel;
-			memcpy(c->hold, s + rel, c->hold_n);
 			pd_wipe(s + rel, c->hold_n); /* beyond what is released: leave no plaintext */
 			produced += rel;
 			continue;
 		}
-		size_t k = PD_MIN(PD_MIN(inlen - used, room), (size_t)STEP);
-		memcpy(tmp, c->hold, c->hold_n);
-		gcry_error_t e = gcry_cipher_decrypt(c->h, tmp + c->hold_n, k, in + used, k);
-		if (e) {
-			r = pd_err_from_gcry(e);
+		size_t k = PD_MIN(PD_MIN(inlen - used, room), (size_t)STEP), rel;
+		r = mdc_round(c, tmp, in + used, k, &rel);
+		if (r < 0)
 			goto out;
-		}
 		used += k;
-		size_t total = c->hold_n + k;
-		size_t rel = total > MDC_LEN ? total - MDC_LEN : 0;
-		gcry_md_write(c->md, tmp, rel);
 		produced += emit(c, tmp, rel, out + produced);
-		c->hold_n = total - rel;
-		memcpy(c->hold, tmp + rel, c->hold_n);
 	}
 	*ret_used = used;
 	*ret_out = produced;

@@ -252,6 +252,15 @@ static void test_garbage(void **state)
 	r = run(junk, 0, 9, junk, 32, 4, 16, NULL);
 	assert_int_equal(r.rc, PD_ENOTPGP);
 	free(r.out);
+	/* text without a BEGIN line, longer than the input buffer: decided
+	 * (found by the daemon tests: the engine waited for input forever) */
+	size_t tl = 300000;
+	uint8_t *text = malloc(tl);
+	memset(text, 'x', tl);
+	r = run(text, tl, 9, junk, 32, 65536, 16, NULL);
+	assert_int_equal(r.rc, PD_ENOTPGP);
+	free(r.out);
+	free(text);
 	/* a binary header promising 4 GiB, then nothing */
 	const uint8_t big[] = { 0xC1, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x03 };
 	r = run(big, sizeof(big), 9, junk, 32, 3, 16, NULL);
