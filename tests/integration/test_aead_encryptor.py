@@ -271,3 +271,29 @@ def test_layout_matches_file(enc, tools):
     # 2-octet packet header and its 6 fixed octets.
     msg, lay = enc(data_path, "ocbpkt", "eax", "aes128", 0, "none", seed=5)
     assert lay["data_before_chunk"][1] == 64 - literal_header_len(5000)
+
+
+@pytest.mark.parametrize("fmt,aead,partial", [("v2", "ocb", "random"), ("ocbpkt", "eax", "none")])
+def test_flip_every_chunk(pd, enc, tools, matrix, fmt, aead, partial):
+    """A flipped bit in every chunk in turn (alternately in its ciphertext
+    and its tag) and in the final tag: slice 7, so that the driver releases
+    each verified chunk as early as it can."""
+    matrix("AEAD encryptor", f"{fmt} {aead.upper()}", "flip in every chunk")
+    data_path = data_file(tools, 17 * 64 + 30, 123)
+    data = data_path.read_bytes()
+    good, lay = enc(data_path, fmt, aead, "aes192", 0, partial, seed=21)
+    raw = good.read_bytes()
+    n = lay["nchunks"]
+    for k in range(n + 1):
+        if k == n:
+            off = lay["final_tag"] + k % 16
+        else:
+            ct_off, tag_off, clen, _ = lay["chunks"][k]
+            off = ct_off + (k * 5) % clen if k % 2 == 0 and clen else tag_off + k % 16
+        b = bytearray(raw)
+        b[off] ^= 1 << (k % 8)
+        p = tools.tmp(f"-every{k}.pgp")
+        p.write_bytes(b)
+        r = pd(p, password=PASSWORD, slice=7)
+        expect_err(r, "EINTEGRITY")
+        check_release(r, data, lay, k, f"flip in chunk {k}/{n}")
