@@ -52,6 +52,7 @@ static const struct opt opts[] = {
 	{ "max-verified-size", 0, T_SIZE, O(max_verified_size), "BYTES", "plaintext held for one verified-only request (default 64M)" },
 	{ "max-verified-total", 0, T_SIZE, O(max_verified_total), "BYTES", "plaintext held for all verified-only requests (default 256M)" },
 	{ "max-key-trials", 0, T_UINT, O(max_key_trials), "N", "private-key operations per message (default 8)" },
+	{ "max-argon2-memory", 0, T_SIZE, O(max_argon2_memory), "BYTES", "Argon2 memory a password-encrypted message may demand (default 256M)" },
 	{ "allow-sed", 0, T_BOOL, O(allow_sed), "BOOL", "decrypt SED packets without integrity (default no)" },
 	{ "socket-mode", 0, T_MODE, O(socket_mode), "OCTAL", "unix socket permissions (default 0660)" },
 	{ "socket-owner", 0, T_STR, O(socket_owner), "USER", "unix socket owner" },
@@ -87,6 +88,7 @@ static void set_defaults(struct pd_config *c)
 	c->write_low_watermark = 256u << 10;
 	c->request_buffer = 128u << 10;
 	c->max_key_trials = 8;
+	c->max_argon2_memory = 256ull << 20;
 	c->max_verified_size = 64u << 20;
 	c->max_verified_total = 256u << 20;
 	c->socket_mode = 0660;

@@ -52,6 +52,7 @@ struct pd_config {
 	uint64_t max_verified_size; /* plaintext held for one verified-only request */
 	uint64_t max_verified_total;/* ... for all of them */
 	uint32_t max_key_trials;
+	uint64_t max_argon2_memory;  /* bytes; Argon2 of password-encrypted messages */
 	bool allow_sed;
 
 	/* unix sockets */

@@ -482,6 +482,7 @@ int pd_request_new_decrypt(struct pd_request **ret, struct pd_session *s, uint32
 	if (c->max_key_trials)
 		lim.max_key_trials = c->max_key_trials;
 	lim.allow_sed = c->allow_sed;
+	lim.max_argon2_kib = c->max_argon2_memory / 1024 > UINT32_MAX ? UINT32_MAX : (uint32_t)(c->max_argon2_memory / 1024);
 	/* The hand-off buffers must take any one DATA frame whole. */
 	r->in_cap = c->request_buffer > r->max_frame ? c->request_buffer : r->max_frame;
 	r->lin = malloc(r->in_cap);
