@@ -200,7 +200,8 @@ static void job_result(struct pd_request *r, struct frame_writer *fw, int err, s
 	if (err < 0) {
 		const char *d = pd_msg_detail(r->m);
 		snprintf(res.errname, sizeof(res.errname), "%s", pd_errname(err));
-		snprintf(res.sentence, sizeof(res.sentence), "%s%s%s", pd_strerror(err), d && *d ? ": " : "", d ? d : "");
+		/* The engine's detail is a whole sentence; pd_strerror() only when it has none. */
+		snprintf(res.sentence, sizeof(res.sentence), "%s", d && *d ? d : pd_strerror(err));
 	} else {
 		snprintf(res.errname, sizeof(res.errname), "OK");
 		snprintf(res.sentence, sizeof(res.sentence), "decrypted");
