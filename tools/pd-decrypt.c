@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "readfile.h"
 #include "pgpdec.h"
 
 #define EXIT_USAGE 2
@@ -107,49 +108,12 @@ static int parse_u64(const char *s, uint64_t *ret)
 	return 0;
 }
 
-/* Whole file into a malloc'd buffer (key files and --bench input). */
-static int read_file(const char *path, uint8_t **ret, size_t *ret_len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return -errno;
-	size_t cap = 1 << 16, len = 0;
-	uint8_t *buf = malloc(cap);
-	int r = 0;
-	while (buf) {
-		if (len == cap) {
-			uint8_t *n = realloc(buf, cap * 2);
-			if (!n)
-				break;
-			buf = n;
-			cap *= 2;
-		}
-		size_t got = fread(buf + len, 1, cap - len, f);
-		len += got;
-		if (got == 0) {
-			if (ferror(f))
-				r = -EIO;
-			break;
-		}
-	}
-	fclose(f);
-	if (!buf)
-		return -ENOMEM;
-	if (r < 0) {
-		free(buf);
-		return r;
-	}
-	*ret = buf;
-	*ret_len = len;
-	return 0;
-}
-
 /* First line of a file, without its line ending: passphrases and passwords. */
 static int read_secret_line(const char *path, char **ret, size_t *ret_len)
 {
 	uint8_t *buf;
 	size_t len;
-	int r = read_file(path, &buf, &len);
+	int r = pd_read_file(path, PD_TOOL_MAX_FILE, &buf, &len);
 	if (r < 0)
 		return r;
 	size_t n = 0;
@@ -480,7 +444,7 @@ static int bench(const struct opts *o, struct pd_keyring *kr, struct pd_worker *
 	uint8_t *data;
 	size_t len;
 	char detail[512];
-	int r = read_file(o->in, &data, &len);
+	int r = pd_read_file(o->in, PD_TOOL_MAX_FILE, &data, &len);
 	if (r < 0) {
 		snprintf(detail, sizeof detail, "%s: %s", o->in, strerror(-r));
 		return fail(r, detail);
@@ -675,7 +639,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < o.n_keys; i++) {
 		uint8_t *data;
 		size_t len;
-		r = read_file(o.keys[i], &data, &len);
+		r = pd_read_file(o.keys[i], PD_TOOL_MAX_FILE, &data, &len);
 		if (r < 0) {
 			snprintf(detail, sizeof detail, "%s: %s", o.keys[i], strerror(-r));
 			rc = fail(r, detail);

@@ -18,6 +18,7 @@
  * and encrypted to the key's public part with libgcrypt, and every
  * operation's result is checked against it (a wrong key ends the run).
  */
+#include "readfile.h"
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -108,46 +109,6 @@ static void usage(FILE *f)
 	      "\n"
 	      "Exit status: 0 ok, 1 error (bad key file, wrong result), 2 usage.\n",
 	      f);
-}
-
-static int read_file(const char *path, uint8_t **ret, size_t *ret_len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return -errno;
-	size_t cap = 1 << 16, len = 0;
-	uint8_t *buf = malloc(cap);
-	int r = 0;
-	while (buf) {
-		size_t k = fread(buf + len, 1, cap - len, f);
-		len += k;
-		if (k == 0)
-			break;
-		if (len == cap) {
-			if (cap >= (64u << 20)) {
-				r = -EFBIG;
-				break;
-			}
-			uint8_t *n = realloc(buf, cap *= 2);
-			if (!n) {
-				free(buf);
-				buf = NULL;
-			}
-			buf = n;
-		}
-	}
-	if (!buf)
-		r = -ENOMEM;
-	else if (ferror(f))
-		r = -EIO;
-	fclose(f);
-	if (r < 0) {
-		free(buf);
-		return r;
-	}
-	*ret = buf;
-	*ret_len = len;
-	return 0;
 }
 
 /* Make a v3 PKESK for r->k carrying a fresh AES-256 session key. */
@@ -445,12 +406,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "pd-rsa-limit: library setup failed: %s\n", pd_strerror(e));
 		return 1;
 	}
-	if ((e = read_file(o.key_file, &keydata, &keylen)) < 0) {
+	if ((e = pd_read_file(o.key_file, PD_TOOL_MAX_FILE, &keydata, &keylen)) < 0) {
 		fprintf(stderr, "pd-rsa-limit: %s: %s\n", o.key_file, strerror(-e));
 		goto out;
 	}
 	if (o.passphrase_file) {
-		if ((e = read_file(o.passphrase_file, &pass, &passlen)) < 0) {
+		if ((e = pd_read_file(o.passphrase_file, PD_TOOL_MAX_FILE, &pass, &passlen)) < 0) {
 			fprintf(stderr, "pd-rsa-limit: %s: %s\n", o.passphrase_file, strerror(-e));
 			goto out;
 		}

@@ -1,0 +1,11 @@
+/* SPDX-License-Identifier: MIT */
+/* Whole-file reading for the command-line tools (pd-decrypt, pd-rsa-limit). */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+/* Largest file the tools read whole (the 50 MiB bench inputs fit easily). */
+#define PD_TOOL_MAX_FILE ((size_t)1 << 30)
+
+/** Read path into a malloc'd buffer; -EFBIG beyond max octets, -errno otherwise. */
+int pd_read_file(const char *path, size_t max, uint8_t **ret, size_t *ret_len);
