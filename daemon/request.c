@@ -554,7 +554,6 @@ void pd_request_feed(struct pd_request *r, const uint8_t *p, size_t len)
 	}
 	memcpy(r->lin + r->lin_len, p, len);
 	r->lin_len += len;
-	pd_request_kick(r);
 }
 
 void pd_request_end(struct pd_request *r)

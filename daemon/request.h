@@ -39,7 +39,10 @@ void pd_request_free(struct pd_request *r);
 uint32_t pd_request_id(const struct pd_request *r);
 /** Free room for ciphertext (0 while the buffer is full). */
 size_t pd_request_room(const struct pd_request *r);
-/** Append ciphertext (len <= pd_request_room(), or anything once answered: discarded). */
+/** Append ciphertext (len <= pd_request_room(), or anything once answered:
+ * discarded).  Does not submit a job: the session calls pd_request_kick()
+ * once it has taken every frame of a read, so that a small message that
+ * arrived whole (DECRYPT, DATA, END) costs one job, not one per frame. */
 void pd_request_feed(struct pd_request *r, const uint8_t *p, size_t len);
 /** The client sent END. */
 void pd_request_end(struct pd_request *r);

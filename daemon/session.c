@@ -738,6 +738,9 @@ static void take_frames(struct pd_session *s)
 	}
 	if (s->closing)
 		return;
+	/* Ciphertext fed above goes to a worker now, in one job. */
+	if (s->rx && !s->failing)
+		pd_request_kick(s->rx);
 	if (s->rstart == s->rend) {
 		s->rstart = s->rend = 0;
 	} else if (s->rstart > RBUF_SIZE / 2) {
