@@ -24,6 +24,12 @@ struct pd_pool {
 	struct fifo queue;      /* waiting jobs (lock) */
 	struct fifo done;       /* finished jobs (lock) */
 	unsigned n_queued;      /* (lock) */
+	struct pd_task *help;   /* helper tasks waiting, served before jobs (lock) */
+	unsigned n_help;        /* (lock) */
+	unsigned n_idle;        /* workers waiting for work (lock) */
+	atomic_ullong n_helped; /* helper tasks run by another worker */
+	pthread_cond_t help_done; /* a helper task finished (lock) */
+	struct pd_helper helper; /* lent to every worker */
 	atomic_uint n_running;
 	unsigned queue_max;
 	bool stop;              /* (lock) */
@@ -31,6 +37,8 @@ struct pd_pool {
 	pthread_t *threads;
 	struct pd_worker **workers;
 };
+
+enum { TASK_QUEUED, TASK_RUNNING, TASK_DONE }; /* pd_task.state */
 
 struct thread_arg {
 	struct pd_pool *p;
@@ -68,10 +76,27 @@ static void *worker_main(void *arg)
 	free(arg);
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
-		while (!p->queue.head && !p->stop)
+		while (!p->help && !p->queue.head && !p->stop) {
+			p->n_idle++;
 			pthread_cond_wait(&p->cond, &p->lock);
+			p->n_idle--;
+		}
 		if (p->stop)
 			break;
+		if (p->help) {
+			/* Half of another worker's operation: it is waiting for it. */
+			struct pd_task *t = p->help;
+			p->help = t->next;
+			p->n_help--;
+			t->state = TASK_RUNNING;
+			pthread_mutex_unlock(&p->lock);
+			t->fn(t->arg);
+			pthread_mutex_lock(&p->lock);
+			t->state = TASK_DONE;
+			atomic_fetch_add(&p->n_helped, 1);
+			pthread_cond_broadcast(&p->help_done);
+			continue;
+		}
 		struct pd_job *j = fifo_pop(&p->queue);
 		p->n_queued--;
 		atomic_fetch_add(&p->n_running, 1);
@@ -88,6 +113,51 @@ static void *worker_main(void *arg)
 	}
 	pthread_mutex_unlock(&p->lock);
 	return NULL;
+}
+
+/* ---- the pd_helper lent to each worker (see pgpdec.h) ---- */
+
+/* Only when a worker would otherwise sit idle: jobs waiting in the queue
+ * have the idle workers first, so at load nothing is split and throughput
+ * is unchanged; with a lone message its half runs beside it. */
+static bool helper_start(void *ctx, struct pd_task *t)
+{
+	struct pd_pool *p = ctx;
+	bool ok = false;
+	pthread_mutex_lock(&p->lock);
+	if (!p->stop && p->n_idle > p->n_queued + p->n_help) {
+		t->state = TASK_QUEUED;
+		t->next = NULL;
+		struct pd_task **pp = &p->help;
+		while (*pp)
+			pp = &(*pp)->next;
+		*pp = t;
+		p->n_help++;
+		pthread_cond_signal(&p->cond);
+		ok = true;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return ok;
+}
+
+static void helper_finish(void *ctx, struct pd_task *t)
+{
+	struct pd_pool *p = ctx;
+	pthread_mutex_lock(&p->lock);
+	if (t->state == TASK_QUEUED) {
+		/* Nobody took it (yet): take it back and run it here. */
+		struct pd_task **pp = &p->help;
+		while (*pp != t)
+			pp = &(*pp)->next;
+		*pp = t->next;
+		p->n_help--;
+		pthread_mutex_unlock(&p->lock);
+		t->fn(t->arg);
+		return;
+	}
+	while (t->state != TASK_DONE)
+		pthread_cond_wait(&p->help_done, &p->lock);
+	pthread_mutex_unlock(&p->lock);
 }
 
 /* Loop thread: run done callbacks until the list stays empty; a done
@@ -126,6 +196,7 @@ static void free_pool(struct pd_pool *p)
 	free(p->threads);
 	pthread_mutex_destroy(&p->lock);
 	pthread_cond_destroy(&p->cond);
+	pthread_cond_destroy(&p->help_done);
 	free(p);
 }
 
@@ -145,6 +216,8 @@ int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsign
 	p->queue_max = queue_max;
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cond, NULL);
+	pthread_cond_init(&p->help_done, NULL);
+	p->helper = (struct pd_helper){ .start = helper_start, .finish = helper_finish, .ctx = p };
 	p->threads = calloc(nthreads, sizeof(*p->threads));
 	p->workers = calloc(nthreads, sizeof(*p->workers));
 	if (!p->threads || !p->workers) {
@@ -158,6 +231,8 @@ int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsign
 			free_pool(p);
 			return r;
 		}
+		if (nthreads > 1)
+			pd_worker_set_helper(p->workers[i], &p->helper);
 	}
 	r = uv_async_init(loop, &p->async, on_async);
 	if (r < 0) {
@@ -225,6 +300,7 @@ unsigned pd_pool_queued(const struct pd_pool *p)
 
 unsigned pd_pool_running(const struct pd_pool *p) { return atomic_load(&((struct pd_pool *)p)->n_running); }
 unsigned pd_pool_threads(const struct pd_pool *p) { return p->n_threads; }
+unsigned long long pd_pool_helped(const struct pd_pool *p) { return atomic_load(&((struct pd_pool *)p)->n_helped); }
 
 static void on_close(uv_handle_t *h) { free_pool(h->data); }
 

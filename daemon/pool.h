@@ -8,6 +8,11 @@
  * Jobs wait in one FIFO with a hard limit; completions come back to the loop
  * thread through uv_async_send and are drained in a loop (sends coalesce).
  *
+ * Each worker also gets the pool's pd_helper: a worker in the middle of a
+ * large RSA operation may hand one CRT half to a worker that would
+ * otherwise be idle (never when jobs are waiting).  Such tasks are served
+ * before queued jobs, since a worker is blocked on each.
+ *
  * Async contract: if pd_pool_submit() returns an error, done is never
  * called; otherwise done is called exactly once, on the loop thread, after
  * work has run (or with job->cancelled set if the pool stopped first).
@@ -35,6 +40,8 @@ int pd_pool_submit(struct pd_pool *p, struct pd_job *j);
 unsigned pd_pool_queued(const struct pd_pool *p);
 /** Jobs being run right now. */
 unsigned pd_pool_running(const struct pd_pool *p);
+/** Helper tasks (CRT halves) run for another worker since the start. */
+unsigned long long pd_pool_helped(const struct pd_pool *p);
 /** Number of worker threads. */
 unsigned pd_pool_threads(const struct pd_pool *p);
 /** Stop: workers finish the job they run and exit (joined here, blocking),

@@ -85,6 +85,9 @@ char *pd_stats_render(size_t *ret_len)
 	    pd_d.pool ? pd_pool_queued(pd_d.pool) : 0);
 	put(&b, "# HELP pgpdecd_workers Worker threads.\n"
 	        "# TYPE pgpdecd_workers gauge\npgpdecd_workers %u\n", pd_d.pool ? pd_pool_threads(pd_d.pool) : 0);
+	put(&b, "# HELP pgpdecd_split_operations_total Private-key operations whose second CRT half ran on an idle worker.\n"
+	        "# TYPE pgpdecd_split_operations_total counter\npgpdecd_split_operations_total %llu\n",
+	    pd_d.pool ? (unsigned long long)pd_pool_helped(pd_d.pool) : 0ULL);
 	put(&b, "# HELP pgpdecd_connections Open connections.\n"
 	        "# TYPE pgpdecd_connections gauge\npgpdecd_connections %u\n", pd_d.n_sessions);
 	put(&b, "# HELP pgpdecd_connections_total Connections accepted.\n"

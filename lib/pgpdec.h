@@ -145,6 +145,33 @@ PD_API int pd_worker_new(struct pd_worker **ret, unsigned index);
 /** Free it; accepts NULL, returns NULL. */
 PD_API struct pd_worker *pd_worker_free(struct pd_worker *w);
 
+/** One piece of a private-key operation that may run on another thread (the
+ * second CRT half of a large RSA key).  fn and arg are set by the engine;
+ * next and state belong to the pd_helper that runs it. */
+struct pd_task {
+	void (*fn)(void *arg);
+	void *arg;
+	struct pd_task *next;
+	int state;
+};
+/** Idle threads lent to a worker, so that one operation can use two cores
+ * when nothing else is waiting (latency at low load; throughput is the
+ * same).  Both calls are made from the worker's own thread. */
+struct pd_helper {
+	/** Hand t to an idle thread and return true; false when no thread is
+	 * idle right now (the engine then runs t itself). */
+	bool (*start)(void *ctx, struct pd_task *t);
+	/** Return once t has run: wait for the thread running it, or run it on
+	 * the calling thread if no thread has taken it yet. */
+	void (*finish)(void *ctx, struct pd_task *t);
+	void *ctx;
+};
+/** Give w a helper (NULL: none, the default); h must outlive w's use of it.
+ * RSA keys whose CRT halves are slower together than apart on this machine
+ * (calibrated when the key is loaded; 3072 bits and up with OpenSSL 3.0)
+ * then run the two halves in parallel when start() finds an idle thread. */
+PD_API void pd_worker_set_helper(struct pd_worker *w, const struct pd_helper *h);
+
 /* --------------------------------------------------------------------- */
 /* One message */
 

@@ -13,6 +13,7 @@ struct slot {
 
 struct pd_worker {
 	unsigned index;
+	const struct pd_helper *helper;
 	struct slot slots[CACHE_MAX];
 };
 
@@ -61,6 +62,17 @@ struct pd_worker *pd_worker_free(struct pd_worker *w)
 unsigned pd_worker_index(const struct pd_worker *w)
 {
 	return w ? w->index : 0;
+}
+
+const struct pd_helper *pd_worker_helper(const struct pd_worker *w)
+{
+	return w ? w->helper : NULL;
+}
+
+void pd_worker_set_helper(struct pd_worker *w, const struct pd_helper *h)
+{
+	if (w)
+		w->helper = h;
 }
 
 static void *take(struct pd_worker *w, int kind, int algo, int mode, unsigned flags)

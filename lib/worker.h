@@ -14,6 +14,8 @@
 
 /** Index of this worker (selects per-worker RSA contexts). */
 PD_HIDDEN unsigned pd_worker_index(const struct pd_worker *w);
+/** This worker's helper (pd_worker_set_helper), or NULL; NULL w gives NULL. */
+PD_HIDDEN const struct pd_helper *pd_worker_helper(const struct pd_worker *w);
 /** Take an opened cipher handle (GCRY_CIPHER_SECURE) for algo/mode/flags;
  * NULL w is allowed (opens a new one).  Returns 0 or a negative error. */
 PD_HIDDEN int pd_worker_take_cipher(struct pd_worker *w, int algo, int mode, unsigned flags,

@@ -181,7 +181,7 @@ static int one_op(struct run *r, struct pd_worker *w, uint8_t *em, size_t klen, 
 	if (r->o->unwrap) {
 		e = pd_unwrap(w, r->k, &r->p, 0, out, &ok);
 	} else {
-		e = pd_rsa_decrypt_raw(r->k, pd_worker_index(w), r->c, r->clen, em, klen);
+		e = pd_rsa_decrypt_raw(r->k, pd_worker_index(w), pd_worker_helper(w), r->c, r->clen, em, klen);
 		if (e == 0)
 			ok = pd_pkcs1_decode_sesskey(em, klen, 0, fb, out);
 	}

@@ -2,8 +2,8 @@
 /*
  * One unlocked secret (sub)key, as the key ring holds it, and the key ring's
  * lookup functions.  Keys are immutable after pd_keyring_add() returns, with
- * one exception: rsa_ctx[i] is filled lazily by worker i only (each worker
- * touches its own slot, so no lock is needed).
+ * one exception: rsa_ctx[i] and rsa_crtw[i] are filled lazily by worker i
+ * only (each worker touches its own slot, so no lock is needed).
  *
  * Secret material lives in libgcrypt secure memory: the MPIs are created
  * with gcry_mpi_snew()/from secure buffers, native scalars and the
@@ -45,6 +45,8 @@ struct pd_key {
 	enum pd_rsa_backend rsa_backend;
 	void *rsa_pkey;           /* EVP_PKEY * (OpenSSL backend) or gcry_sexp_t (libgcrypt) */
 	void *rsa_ctx[PD_MAX_WORKERS]; /* EVP_PKEY_CTX * per worker, lazily */
+	void *rsa_crt;            /* OpenSSL backend: CRT values for split operations, or NULL */
+	void *rsa_crtw[PD_MAX_WORKERS]; /* per-worker split state (BN_CTXs, blinding), lazily */
 };
 
 /** Free a key and wipe its secrets; accepts NULL, returns NULL. */

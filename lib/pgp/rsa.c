@@ -5,10 +5,29 @@
  * Both compute the raw m = c^d mod n with blinding; padding is checked by
  * the caller.  For the libgcrypt backend k->rsa_pkey holds the key's
  * gcry_sexp_t (secure memory, since it is built from secure MPIs).
+ *
+ * Split operations (OpenSSL backend, large keys): one RSA-CRT operation is
+ * two independent half-size exponentiations, c^dp mod p and c^dq mod q.
+ * When the worker has a pd_helper and an idle thread takes the q half, the
+ * operation finishes in about half the time: that is what a lone message
+ * waits for at low load.  It is done here with OpenSSL's BIGNUM primitives
+ * (BN_mod_exp_mont_consttime, Montgomery arithmetic) in the same shape as
+ * OpenSSL's own RSA: base blinding with a per-worker pair (r^e, r^-1)
+ * squared after each use and renewed every 32, Garner recombination in
+ * Montgomery form, and a check m^e == c before the result is used (a
+ * faulty half falls back to the EVP path).  Whether splitting pays is
+ * measured once per prime size when a key is loaded: OpenSSL 3.0 computes
+ * both 1024-bit halves of RSA-2048 at once with AVX-512 IFMA, faster than
+ * two threads could, so RSA-2048 is normally not split.
  */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
 #include <gcrypt.h>
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/param_build.h>
 #include <openssl/params.h>
@@ -17,6 +36,9 @@
 #include "pd-config.h"
 #include "pgp/rsa.h"
 #include "worker.h"
+
+static int crt_setup(struct pd_key *k, BIGNUM **n, BIGNUM **e, BIGNUM **p, BIGNUM **q, BIGNUM **dp, BIGNUM **dq,
+                     const BIGNUM *qinv, BN_CTX *bctx);
 
 enum pd_rsa_backend pd_rsa_default_backend(void)
 {
@@ -91,7 +113,10 @@ static int setup_openssl(struct pd_key *k)
 	    EVP_PKEY_fromdata(pctx, &pkey, EVP_PKEY_KEYPAIR, params) <= 0)
 		goto out;
 	k->rsa_pkey = pkey;
-	r = 0;
+	/* Unbalanced primes (rare) just never split. */
+	r = crt_setup(k, &n, &e, &p, &q, &dp, &dq, qinv, bctx);
+	if (r == PD_EUNSUPPORTED)
+		r = 0;
 out:
 	EVP_PKEY_CTX_free(pctx);
 	OSSL_PARAM_free(params); /* also clear-frees the secure block it owns */
@@ -143,6 +168,278 @@ static int decrypt_openssl(const struct pd_key *k, unsigned worker, const uint8_
 	return 0;
 }
 
+/* ---- split CRT (see the top of this file) ---- */
+
+struct crt {                    /* per key, read-only after setup */
+	BIGNUM *n, *e, *p, *q, *dp, *dq, *qinv_mont; /* qinv_mont = (q^-1 mod p)*R mod p */
+	BN_MONT_CTX *mn, *mp, *mq;
+	bool split;                 /* worth handing the q half to a helper */
+};
+
+struct crt_worker {             /* per worker per key */
+	BN_CTX *ctx[2];             /* [1] is lent to the q half, wherever it runs */
+	BIGNUM *a_mont, *ai_mont;   /* blinding pair r^e and r^-1 mod n, Montgomery form */
+	unsigned uses;
+};
+
+#define BLIND_RENEW 32
+
+static void crt_free(struct crt *c)
+{
+	if (!c)
+		return;
+	BN_free(c->n); BN_free(c->e);
+	BN_clear_free(c->p); BN_clear_free(c->q);
+	BN_clear_free(c->dp); BN_clear_free(c->dq); BN_clear_free(c->qinv_mont);
+	BN_MONT_CTX_free(c->mn); BN_MONT_CTX_free(c->mp); BN_MONT_CTX_free(c->mq);
+	free(c);
+}
+
+static void crtw_free(struct crt_worker *w)
+{
+	if (!w)
+		return;
+	BN_CTX_free(w->ctx[0]);
+	BN_CTX_free(w->ctx[1]);
+	BN_clear_free(w->a_mont);
+	BN_clear_free(w->ai_mont);
+	free(w);
+}
+
+static struct crt_worker *crtw_new(void)
+{
+	struct crt_worker *w = calloc(1, sizeof(*w));
+	if (!w)
+		return NULL;
+	w->ctx[0] = BN_CTX_secure_new();
+	w->ctx[1] = BN_CTX_secure_new();
+	w->a_mont = BN_secure_new();
+	w->ai_mont = BN_secure_new();
+	if (!w->ctx[0] || !w->ctx[1] || !w->a_mont || !w->ai_mont) {
+		crtw_free(w);
+		return NULL;
+	}
+	return w;
+}
+
+/* The blinding pair for the next use: fresh every BLIND_RENEW uses, else
+ * the previous pair squared (still r'^e, r'^-1 for r' = r^2). */
+static bool blinding_next(const struct crt *c, struct crt_worker *w, BN_CTX *ctx)
+{
+	bool ok = false;
+	if (w->uses++ % BLIND_RENEW != 0)
+		return BN_mod_mul_montgomery(w->a_mont, w->a_mont, w->a_mont, c->mn, ctx) &&
+		       BN_mod_mul_montgomery(w->ai_mont, w->ai_mont, w->ai_mont, c->mn, ctx);
+	BN_CTX_start(ctx);
+	BIGNUM *r = BN_CTX_get(ctx), *t = BN_CTX_get(ctx);
+	if (!t)
+		goto out;
+	for (int tries = 0; tries < 8; tries++) {
+		if (!BN_priv_rand_range(r, c->n))
+			goto out;
+		if (BN_is_zero(r))
+			continue;
+		ERR_set_mark();
+		BIGNUM *inv = BN_mod_inverse(t, r, c->n, ctx);
+		ERR_pop_to_mark(); /* "no inverse" is only a reason to draw again */
+		if (!inv)
+			continue;
+		ok = BN_to_montgomery(w->ai_mont, t, c->mn, ctx) &&
+		     BN_mod_exp_mont(t, r, c->e, c->n, ctx, c->mn) &&
+		     BN_to_montgomery(w->a_mont, t, c->mn, ctx);
+		break;
+	}
+out:
+	if (!ok)
+		w->uses = 0; /* renew next time */
+	BN_CTX_end(ctx);
+	return ok;
+}
+
+struct half {
+	BIGNUM *r;
+	const BIGNUM *a, *d, *m;
+	BN_MONT_CTX *mont;
+	BN_CTX *ctx;
+	int ok;
+};
+
+static void run_half(void *arg)
+{
+	struct half *h = arg;
+	h->ok = BN_mod_exp_mont_consttime(h->r, h->a, h->d, h->m, h->ctx, h->mont);
+}
+
+/* x mod p for x < p*R (R of p's Montgomery context), without a division by
+ * the secret p: (x R^-1) R mod p, as OpenSSL's own RSA does. */
+static bool reduce_mont(BIGNUM *r, const BIGNUM *x, BN_MONT_CTX *mont, BN_CTX *ctx)
+{
+	return BN_from_montgomery(r, x, mont, ctx) && BN_to_montgomery(r, r, mont, ctx);
+}
+
+/* out = c^d mod n on the CRT path, the q half through h when it has an idle
+ * thread.  0, or PD_EINTERNAL/-ENOMEM (the caller then uses EVP). */
+static int decrypt_split(const struct pd_key *k, unsigned worker, const struct pd_helper *helper,
+                         const uint8_t *cin, uint8_t *out, size_t klen)
+{
+	const struct crt *c = k->rsa_crt;
+	struct crt_worker *w = NULL, *tmp = NULL;
+	struct pd_task task = { 0 };
+	struct half hq = { 0 };
+	bool started = false;
+	int r = -ENOMEM;
+
+	if (worker < PD_MAX_WORKERS)
+		w = k->rsa_crtw[worker];
+	if (!w) {
+		w = crtw_new();
+		if (!w)
+			return -ENOMEM;
+		if (worker < PD_MAX_WORKERS) /* own slot: see pgp/key.h */
+			((struct pd_key *)k)->rsa_crtw[worker] = w;
+		else
+			tmp = w;
+	}
+	BN_CTX *ctx = w->ctx[0];
+	BN_CTX_start(ctx);
+	BIGNUM *x = BN_CTX_get(ctx), *xp = BN_CTX_get(ctx), *xq = BN_CTX_get(ctx);
+	BIGNUM *m1 = BN_CTX_get(ctx), *m2 = BN_CTX_get(ctx), *t = BN_CTX_get(ctx);
+	if (!t || !BN_bin2bn(cin, (int)klen, x))
+		goto out;
+	r = PD_EINTERNAL;
+	/* x = c * r^e mod n: everything below sees only blinded values. */
+	if (!blinding_next(c, w, ctx) || !BN_mod_mul_montgomery(x, x, w->a_mont, c->mn, ctx) ||
+	    !reduce_mont(xp, x, c->mp, ctx) || !reduce_mont(xq, x, c->mq, ctx))
+		goto out;
+	hq = (struct half){ .r = m2, .a = xq, .d = c->dq, .m = c->q, .mont = c->mq, .ctx = w->ctx[1] };
+	task.fn = run_half;
+	task.arg = &hq;
+	started = helper && c->split && helper->start(helper->ctx, &task);
+	int ok1 = BN_mod_exp_mont_consttime(m1, xp, c->dp, c->p, ctx, c->mp);
+	if (started)
+		helper->finish(helper->ctx, &task); /* hq lives on this stack: always wait */
+	else
+		run_half(&hq);
+	if (!ok1 || !hq.ok)
+		goto out;
+	/* Garner: m = m2 + q * ((m1 - m2) * q^-1 mod p). */
+	if (!reduce_mont(t, m2, c->mp, ctx) || !BN_mod_sub_quick(m1, m1, t, c->p) ||
+	    !BN_mod_mul_montgomery(m1, m1, c->qinv_mont, c->mp, ctx) || !BN_mul(t, m1, c->q, ctx) ||
+	    !BN_add(m1, t, m2))
+		goto out;
+	/* Fault check: a wrong half must never reach the PKCS#1 decoder (it
+	 * would also reveal a factor of n). */
+	if (!BN_mod_exp_mont(t, m1, c->e, c->n, ctx, c->mn) || BN_cmp(t, x) != 0)
+		goto out;
+	/* Unblind: m1 * r^-1 mod n. */
+	if (!BN_mod_mul_montgomery(m1, m1, w->ai_mont, c->mn, ctx) || BN_bn2binpad(m1, out, (int)klen) != (int)klen)
+		goto out;
+	r = 0;
+out:
+	BN_clear(m1); BN_clear(m2); BN_clear(t);
+	BN_CTX_end(ctx);
+	crtw_free(tmp);
+	return r;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Does handing one half to another thread pay for this prime size?  The
+ * answer is measured once per size per process (best of three of a whole
+ * EVP operation against one half) and kept; PD_RSA_SPLIT=0|1 overrides. */
+static bool split_pays(const struct pd_key *k, const struct crt *c, size_t klen)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static struct { int bits; bool pays; } seen[16];
+	static unsigned n_seen;
+	const char *env = getenv("PD_RSA_SPLIT");
+	if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
+		return env[0] == '1';
+
+	int bits = BN_num_bits(c->p);
+	bool pays = false, found = false;
+	pthread_mutex_lock(&lock);
+	for (unsigned i = 0; i < n_seen; i++)
+		if (seen[i].bits == bits) {
+			pays = seen[i].pays;
+			found = true;
+		}
+	pthread_mutex_unlock(&lock);
+	if (found)
+		return pays;
+
+	BN_CTX *ctx = BN_CTX_secure_new();
+	BIGNUM *x = BN_new(), *y = BN_secure_new();
+	uint8_t *in = malloc(klen), *res = OPENSSL_secure_malloc(klen);
+	double best_full = 1e9, best_half = 1e9;
+	if (!ctx || !x || !y || !in || !res || !BN_rand_range(x, c->n) || BN_bn2binpad(x, in, (int)klen) != (int)klen)
+		goto out;
+	for (int i = 0; i < 3; i++) {
+		double t0 = now_s();
+		if (decrypt_openssl(k, PD_MAX_WORKERS, in, res, klen) != 0)
+			goto out;
+		double t1 = now_s();
+		if (!reduce_mont(y, x, c->mp, ctx) || !BN_mod_exp_mont_consttime(y, y, c->dp, c->p, ctx, c->mp))
+			goto out;
+		double t2 = now_s();
+		if (t1 - t0 < best_full)
+			best_full = t1 - t0;
+		if (t2 - t1 < best_half)
+			best_half = t2 - t1;
+	}
+	/* A half must take clearly less than the whole, or two threads lose
+	 * to one (hand-off, recombination, the check). */
+	pays = best_half < 0.7 * best_full;
+	pthread_mutex_lock(&lock);
+	if (n_seen < sizeof(seen) / sizeof(seen[0])) {
+		seen[n_seen].bits = bits;
+		seen[n_seen].pays = pays;
+		n_seen++;
+	}
+	pthread_mutex_unlock(&lock);
+out:
+	BN_CTX_free(ctx);
+	BN_free(x);
+	BN_clear_free(y);
+	free(in);
+	if (res)
+		OPENSSL_secure_clear_free(res, klen);
+	return pays;
+}
+
+/* Keep the CRT values of a freshly built OpenSSL key for split operations
+ * (takes p, q, dp, dq, qinv on success; NULLs them in the caller). */
+static int crt_setup(struct pd_key *k, BIGNUM **n, BIGNUM **e, BIGNUM **p, BIGNUM **q, BIGNUM **dp, BIGNUM **dq,
+                     const BIGNUM *qinv, BN_CTX *bctx)
+{
+	struct crt *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->qinv_mont = BN_secure_new();
+	c->mn = BN_MONT_CTX_new();
+	c->mp = BN_MONT_CTX_new();
+	c->mq = BN_MONT_CTX_new();
+	/* Montgomery reduction of x < n into p's and q's range needs n < p*R
+	 * and n < q*R: true when p and q have the same number of words. */
+	bool balanced = (BN_num_bits(*p) + BN_BITS2 - 1) / BN_BITS2 == (BN_num_bits(*q) + BN_BITS2 - 1) / BN_BITS2;
+	if (!c->qinv_mont || !c->mn || !c->mp || !c->mq || !balanced ||
+	    !BN_MONT_CTX_set(c->mn, *n, bctx) || !BN_MONT_CTX_set(c->mp, *p, bctx) ||
+	    !BN_MONT_CTX_set(c->mq, *q, bctx) || !BN_to_montgomery(c->qinv_mont, qinv, c->mp, bctx)) {
+		crt_free(c);
+		return balanced ? -ENOMEM : PD_EUNSUPPORTED;
+	}
+	c->n = *n; c->e = *e; c->p = *p; c->q = *q; c->dp = *dp; c->dq = *dq;
+	*n = *e = *p = *q = *dp = *dq = NULL;
+	k->rsa_crt = c;
+	c->split = split_pays(k, c, (size_t)BN_num_bytes(c->n));
+	return 0;
+}
+
 static int decrypt_gcrypt(const struct pd_key *k, const uint8_t *c, uint8_t *out, size_t klen)
 {
 	gcry_sexp_t data = NULL, res = NULL;
@@ -180,8 +477,13 @@ out:
 	return r;
 }
 
-int pd_rsa_decrypt_raw(const struct pd_key *k, unsigned worker, const uint8_t *c, size_t clen,
-                       uint8_t *out, size_t klen)
+static atomic_ulong split_failures;
+
+unsigned long pd_rsa_split_failures(void) { return atomic_load(&split_failures); }
+
+/* split: -1 never, 0 when the key and helper call for it, 1 always (self test). */
+static int decrypt_raw(const struct pd_key *k, unsigned worker, const struct pd_helper *helper, int split,
+                       const uint8_t *c, size_t clen, uint8_t *out, size_t klen)
 {
 	size_t nlen = (gcry_mpi_get_nbits(k->n) + 7) / 8;
 	uint8_t *cp;
@@ -205,7 +507,14 @@ int pd_rsa_decrypt_raw(const struct pd_key *k, unsigned worker, const uint8_t *c
 	r = PD_EMALFORMED;
 	if (gcry_mpi_scan(&cm, GCRYMPI_FMT_USG, cp, klen, NULL) || gcry_mpi_cmp(cm, k->n) >= 0)
 		goto out;
-	if (k->rsa_backend == PD_RSA_OPENSSL)
+	const struct crt *crt = k->rsa_backend == PD_RSA_OPENSSL ? k->rsa_crt : NULL;
+	if (crt && (split > 0 || (split == 0 && helper && crt->split))) {
+		r = decrypt_split(k, worker, helper, cp, out, klen);
+		if (r)
+			atomic_fetch_add(&split_failures, 1);
+		if (r && split == 0) /* resources or a fault: the EVP path decides */
+			r = decrypt_openssl(k, worker, cp, out, klen);
+	} else if (k->rsa_backend == PD_RSA_OPENSSL)
 		r = decrypt_openssl(k, worker, cp, out, klen);
 	else
 		r = decrypt_gcrypt(k, cp, out, klen);
@@ -217,9 +526,15 @@ out:
 	return r;
 }
 
+int pd_rsa_decrypt_raw(const struct pd_key *k, unsigned worker, const struct pd_helper *helper,
+                       const uint8_t *c, size_t clen, uint8_t *out, size_t klen)
+{
+	return decrypt_raw(k, worker, helper, 0, c, clen, out, klen);
+}
+
 /* Round trip of a random m through the private key: proves d (and the CRT
- * values each backend uses) belong to n, e. */
-static int self_test(struct pd_key *k, size_t klen)
+ * values each backend uses, and those of the split path) belong to n, e. */
+static int self_test(struct pd_key *k, size_t klen, int split)
 {
 	gcry_mpi_t m = gcry_mpi_snew(0), c = gcry_mpi_new(0), back = NULL;
 	uint8_t *cbuf = NULL, *obuf = gcry_malloc_secure(klen);
@@ -235,7 +550,7 @@ static int self_test(struct pd_key *k, size_t klen)
 	gcry_mpi_powm(c, m, k->e, k->n);
 	if (gcry_mpi_aprint(GCRYMPI_FMT_USG, &cbuf, &clen, c))
 		goto out;
-	r = pd_rsa_decrypt_raw(k, PD_MAX_WORKERS, cbuf, clen, obuf, klen);
+	r = decrypt_raw(k, PD_MAX_WORKERS, NULL, split, cbuf, clen, obuf, klen);
 	if (r)
 		goto out;
 	r = PD_EINTEGRITY;
@@ -293,7 +608,9 @@ int pd_rsa_setup(struct pd_key *k, enum pd_rsa_backend backend)
 	r = backend == PD_RSA_OPENSSL ? setup_openssl(k) : setup_gcrypt(k);
 	if (r)
 		return r;
-	r = self_test(k, (nbits + 7) / 8);
+	r = self_test(k, (nbits + 7) / 8, -1);
+	if (!r && k->rsa_crt)
+		r = self_test(k, (nbits + 7) / 8, 1);
 	if (r)
 		pd_rsa_cleanup(k);
 	return r;
@@ -306,7 +623,11 @@ void pd_rsa_cleanup(struct pd_key *k)
 	for (size_t i = 0; i < PD_MAX_WORKERS; i++) {
 		EVP_PKEY_CTX_free(k->rsa_ctx[i]);
 		k->rsa_ctx[i] = NULL;
+		crtw_free(k->rsa_crtw[i]);
+		k->rsa_crtw[i] = NULL;
 	}
+	crt_free(k->rsa_crt);
+	k->rsa_crt = NULL;
 	if (k->rsa_pkey) {
 		if (k->rsa_backend == PD_RSA_OPENSSL)
 			EVP_PKEY_free(k->rsa_pkey);

@@ -21,6 +21,12 @@ PD_HIDDEN int pd_rsa_setup(struct pd_key *k, enum pd_rsa_backend backend);
 /** Release backend state (called by pd_key_free()). */
 PD_HIDDEN void pd_rsa_cleanup(struct pd_key *k);
 /** out[0..klen) = c^d mod n, left-padded, klen = octets of n.  Fails only for
- * public reasons (c >= n, clen > klen) or resource errors. */
-PD_HIDDEN int pd_rsa_decrypt_raw(const struct pd_key *k, unsigned worker, const uint8_t *c,
-                                 size_t clen, uint8_t *out, size_t klen);
+ * public reasons (c >= n, clen > klen) or resource errors.  worker selects
+ * the per-worker contexts (>= PD_MAX_WORKERS: one-off ones); helper (may be
+ * NULL) lets a large key's CRT halves run on two threads (see rsa.c). */
+PD_HIDDEN int pd_rsa_decrypt_raw(const struct pd_key *k, unsigned worker, const struct pd_helper *helper,
+                                 const uint8_t *c, size_t clen, uint8_t *out, size_t klen);
+/** Split operations that failed and were redone on the EVP path since the
+ * start (a fault check that did not hold, or no memory); 0 in a healthy
+ * process: the tests assert it. */
+PD_HIDDEN unsigned long pd_rsa_split_failures(void);

@@ -339,7 +339,7 @@ static int unwrap_rsa(struct pd_worker *w, const struct pd_key *k, const struct 
 	em = gcry_malloc_secure(klen);
 	if (!em)
 		return -ENOMEM;
-	r = pd_rsa_decrypt_raw(k, pd_worker_index(w), c, clen, em, klen);
+	r = pd_rsa_decrypt_raw(k, pd_worker_index(w), pd_worker_helper(w), c, clen, em, klen);
 	if (r < 0)
 		goto out;
 	*ok_mask = pkcs1_decode(em, klen, p->version == 3, sym_algo, &s->fb, out);

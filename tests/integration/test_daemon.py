@@ -292,6 +292,37 @@ def test_200_concurrent_clients(world, daemon):
     assert stats["pgpdecd_in_flight"] == 0
 
 
+def test_split_rsa_operations(world, tmp_path):
+    """With a worker idle, one RSA operation runs its two CRT halves on two
+    workers (PD_RSA_SPLIT=1 forces it for the suite's RSA-2048 key, which
+    this machine may not split on its own); every plaintext stays byte-exact,
+    sequentially and under concurrency, and the stats count the splits."""
+    d = Daemon(world, tmp_path, env=dict(os.environ, PD_RSA_SPLIT="1"))
+    try:
+        msgs = [m for m in world["msgs"] if len(m[1]) < 100000]
+        c = d.client()
+        for i in range(60):
+            plain, msg = msgs[i % len(msgs)]
+            got, res, _ = c.decrypt(msg)
+            check_ok(got, res, plain)
+        stats = pdwire.parse_prometheus(c.stats())
+        # One request at a time leaves the second worker idle: it takes
+        # the q half unless the first finishes both before it wakes up.
+        assert 0 < stats["pgpdecd_split_operations_total"] <= 60, stats
+        errors = []
+        threads = [threading.Thread(target=_one_client, args=(d.sock, msgs, i, errors)) for i in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        assert not errors, errors[:10]
+        stats = pdwire.parse_prometheus(c.stats())
+        assert stats['pgpdecd_requests_total{status="OK"}'] == 60 + 60
+        assert stats["pgpdecd_split_operations_total"] <= 120
+    finally:
+        assert d.stop() == 0
+
+
 def test_slow_reader_bounded_rss(world, tmp_path):
     """A 200 MiB message to a client that reads slowly: the daemon's RSS stays bounded."""
     size = 200 << 20

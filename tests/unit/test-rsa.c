@@ -3,7 +3,9 @@
  * RSA backends: OpenSSL and libgcrypt give the same raw c^d mod n, on
  * random round trips and on a fixed PKESK that GnuPG wrote
  * (tests/data/keys/rsa2048-msg.gpg, encrypted to the subkey of
- * rsa2048.gpg), including from several worker threads at once.
+ * rsa2048.gpg), including from several worker threads at once; and the
+ * split CRT path (PD_RSA_SPLIT=1) through a helper that runs the q half on
+ * a real second thread, one that refuses, and one that never takes it.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -70,9 +72,9 @@ static void test_fixed_pkesk(void **state)
 	assert_int_equal(a->rsa_backend, PD_RSA_OPENSSL);
 	assert_int_equal(b->rsa_backend, PD_RSA_GCRYPT);
 	uint8_t oa[256], ob[256];
-	assert_int_equal(pd_rsa_decrypt_raw(a, 0, c, clen, oa, 256), 0);
+	assert_int_equal(pd_rsa_decrypt_raw(a, 0, NULL, c, clen, oa, 256), 0);
 	assert_non_null(a->rsa_ctx[0]); /* the worker's context was made lazily */
-	assert_int_equal(pd_rsa_decrypt_raw(b, 0, c, clen, ob, 256), 0);
+	assert_int_equal(pd_rsa_decrypt_raw(b, 0, NULL, c, clen, ob, 256), 0);
 	assert_memory_equal(oa, ob, 256);
 	/* EME-PKCS1-v1_5: 00 02 PS(nonzero, >= 8) 00 algo key csum16 */
 	assert_int_equal(oa[0], 0);
@@ -92,15 +94,15 @@ static void test_fixed_pkesk(void **state)
 
 	/* Same result through another worker slot and the one-off path. */
 	uint8_t oc[256];
-	assert_int_equal(pd_rsa_decrypt_raw(a, 255, c, clen, oc, 256), 0);
+	assert_int_equal(pd_rsa_decrypt_raw(a, 255, NULL, c, clen, oc, 256), 0);
 	assert_memory_equal(oa, oc, 256);
-	assert_int_equal(pd_rsa_decrypt_raw(a, PD_MAX_WORKERS + 5, c, clen, oc, 256), 0);
+	assert_int_equal(pd_rsa_decrypt_raw(a, PD_MAX_WORKERS + 5, NULL, c, clen, oc, 256), 0);
 	assert_memory_equal(oa, oc, 256);
 
 	/* Leading zero octets on the ciphertext are accepted. */
 	uint8_t cz[260] = { 0 };
 	memcpy(cz + 4, c, clen);
-	assert_int_equal(pd_rsa_decrypt_raw(b, 1, cz, sizeof(cz), oc, 256), 0);
+	assert_int_equal(pd_rsa_decrypt_raw(b, 1, NULL, cz, sizeof(cz), oc, 256), 0);
 	assert_memory_equal(oa, oc, 256);
 
 	pd_keyring_free(ko);
@@ -135,8 +137,8 @@ static void test_round_trips(void **state)
 			size_t ml = (gcry_mpi_get_nbits(m) + 7) / 8;
 			if (ml)
 				assert_int_equal(gcry_mpi_print(GCRYMPI_FMT_USG, want + klen - ml, ml, NULL, m), 0);
-			assert_int_equal(pd_rsa_decrypt_raw(a, (unsigned)t, cb, cl, oa, klen), 0);
-			assert_int_equal(pd_rsa_decrypt_raw(b, (unsigned)t, cb, cl, ob, klen), 0);
+			assert_int_equal(pd_rsa_decrypt_raw(a, (unsigned)t, NULL, cb, cl, oa, klen), 0);
+			assert_int_equal(pd_rsa_decrypt_raw(b, (unsigned)t, NULL, cb, cl, ob, klen), 0);
 			assert_memory_equal(oa, want, klen);
 			assert_memory_equal(ob, want, klen);
 			gcry_mpi_release(m);
@@ -159,12 +161,12 @@ static void test_public_errors(void **state)
 		assert_int_equal(gcry_mpi_print(GCRYMPI_FMT_USG, nb, sizeof(nb), &nl, k->n), 0);
 		assert_int_equal(nl, 256);
 		/* c == n and c > n: refused the same way by both backends */
-		assert_int_equal(pd_rsa_decrypt_raw(k, 0, nb, nl, out, 256), PD_EMALFORMED);
+		assert_int_equal(pd_rsa_decrypt_raw(k, 0, NULL, nb, nl, out, 256), PD_EMALFORMED);
 		memset(big, 0xFF, sizeof(big));
-		assert_int_equal(pd_rsa_decrypt_raw(k, 0, big, 256, out, 256), PD_EMALFORMED);
-		assert_int_equal(pd_rsa_decrypt_raw(k, 0, big, 257, out, 256), PD_EMALFORMED);
+		assert_int_equal(pd_rsa_decrypt_raw(k, 0, NULL, big, 256, out, 256), PD_EMALFORMED);
+		assert_int_equal(pd_rsa_decrypt_raw(k, 0, NULL, big, 257, out, 256), PD_EMALFORMED);
 		/* wrong output size is a caller bug */
-		assert_int_equal(pd_rsa_decrypt_raw(k, 0, nb, 10, out, 255), PD_EINTERNAL);
+		assert_int_equal(pd_rsa_decrypt_raw(k, 0, NULL, nb, 10, out, 255), PD_EINTERNAL);
 	}
 	pd_keyring_free(ko);
 	pd_keyring_free(kg);
@@ -206,7 +208,7 @@ static void *thr_main(void *arg)
 {
 	struct thr *t = arg;
 	for (int i = 0; i < 20 && t->r == 0; i++)
-		t->r = pd_rsa_decrypt_raw(t->k, t->worker, t->c, t->clen, t->out, 256);
+		t->r = pd_rsa_decrypt_raw(t->k, t->worker, NULL, t->c, t->clen, t->out, 256);
 	return NULL;
 }
 
@@ -220,7 +222,7 @@ static void test_threads(void **state)
 		struct pd_keyring *kr = ring((enum pd_rsa_backend)be);
 		const struct pd_key *k = subkey(kr);
 		uint8_t ref[256];
-		assert_int_equal(pd_rsa_decrypt_raw(k, 9, msg + 15, 256, ref, 256), 0);
+		assert_int_equal(pd_rsa_decrypt_raw(k, 9, NULL, msg + 15, 256, ref, 256), 0);
 		struct thr t[4];
 		pthread_t th[4];
 		for (unsigned i = 0; i < 4; i++) {
@@ -237,6 +239,155 @@ static void test_threads(void **state)
 	free(msg);
 }
 
+/* A pd_helper with one thread and a one-task mailbox.  mode: 0 the thread
+ * runs the task (finish() waits for it), 1 start() refuses, 2 start()
+ * accepts but the thread never takes it (finish() then runs it on the
+ * caller, as the pool does when no worker came). */
+struct helper {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	pthread_t th;
+	struct pd_task *box;
+	bool quit;
+	int mode;
+	unsigned starts, accepted, remote, inline_runs;
+};
+
+static void *helper_main(void *arg)
+{
+	struct helper *h = arg;
+	pthread_mutex_lock(&h->lock);
+	for (;;) {
+		while (!h->quit && !(h->box && h->mode == 0 && h->box->state == 0))
+			pthread_cond_wait(&h->cond, &h->lock);
+		if (h->quit)
+			break;
+		struct pd_task *t = h->box;
+		t->state = 1;
+		pthread_mutex_unlock(&h->lock);
+		t->fn(t->arg);
+		pthread_mutex_lock(&h->lock);
+		t->state = 2;
+		h->remote++;
+		pthread_cond_broadcast(&h->cond);
+	}
+	pthread_mutex_unlock(&h->lock);
+	return NULL;
+}
+
+static bool h_start(void *ctx, struct pd_task *t)
+{
+	struct helper *h = ctx;
+	pthread_mutex_lock(&h->lock);
+	h->starts++;
+	bool ok = h->mode != 1 && !h->box;
+	if (ok) {
+		t->state = 0;
+		h->box = t;
+		h->accepted++;
+		pthread_cond_broadcast(&h->cond);
+	}
+	pthread_mutex_unlock(&h->lock);
+	return ok;
+}
+
+static void h_finish(void *ctx, struct pd_task *t)
+{
+	struct helper *h = ctx;
+	pthread_mutex_lock(&h->lock);
+	assert_ptr_equal(h->box, t);
+	if (t->state == 0 && h->mode == 2) {
+		h->box = NULL;
+		h->inline_runs++;
+		pthread_mutex_unlock(&h->lock);
+		t->fn(t->arg);
+		return;
+	}
+	while (t->state != 2)
+		pthread_cond_wait(&h->cond, &h->lock);
+	h->box = NULL;
+	pthread_mutex_unlock(&h->lock);
+}
+
+/* c = m^e for a random m (every 4th with many leading zero octets). */
+static void random_pair(const struct pd_key *k, int i, uint8_t *cb, size_t *cl, uint8_t *want, size_t klen)
+{
+	unsigned nbits = gcry_mpi_get_nbits(k->n);
+	gcry_mpi_t m = gcry_mpi_new(0), c = gcry_mpi_new(0);
+	gcry_mpi_randomize(m, i % 4 == 0 ? 64 : nbits, GCRY_WEAK_RANDOM);
+	gcry_mpi_clear_highbit(m, nbits - 1);
+	gcry_mpi_powm(c, m, k->e, k->n);
+	assert_int_equal(gcry_mpi_print(GCRYMPI_FMT_USG, cb, 512, cl, c), 0);
+	memset(want, 0, klen);
+	size_t ml = (gcry_mpi_get_nbits(m) + 7) / 8;
+	if (ml)
+		assert_int_equal(gcry_mpi_print(GCRYMPI_FMT_USG, want + klen - ml, ml, NULL, m), 0);
+	gcry_mpi_release(m);
+	gcry_mpi_release(c);
+}
+
+static void test_split(void **state)
+{
+	(void)state;
+	/* 70 operations per mode: the blinding pair is renewed every 32. */
+	enum { OPS = 70 };
+	assert_int_equal(setenv("PD_RSA_SPLIT", "1", 1), 0);
+	struct pd_keyring *kr = ring(PD_RSA_OPENSSL);
+	unsetenv("PD_RSA_SPLIT");
+	const struct pd_key *k = subkey(kr);
+	assert_non_null(k->rsa_crt);
+	size_t klen = (gcry_mpi_get_nbits(k->n) + 7) / 8;
+
+	for (int mode = 0; mode < 3; mode++) {
+		struct helper h = { .mode = mode };
+		pthread_mutex_init(&h.lock, NULL);
+		pthread_cond_init(&h.cond, NULL);
+		assert_int_equal(pthread_create(&h.th, NULL, helper_main, &h), 0);
+		struct pd_helper ops = { .start = h_start, .finish = h_finish, .ctx = &h };
+		for (int i = 0; i < OPS; i++) {
+			uint8_t cb[512], want[512], out[512];
+			size_t cl;
+			random_pair(k, i, cb, &cl, want, klen);
+			/* Workers 3 and PD_MAX_WORKERS (one-off state) alternate. */
+			unsigned w = i % 2 ? 3 : PD_MAX_WORKERS;
+			assert_int_equal(pd_rsa_decrypt_raw(k, w, &ops, cb, cl, out, klen), 0);
+			assert_memory_equal(out, want, klen);
+		}
+		pthread_mutex_lock(&h.lock);
+		h.quit = true;
+		pthread_cond_broadcast(&h.cond);
+		pthread_mutex_unlock(&h.lock);
+		pthread_join(h.th, NULL);
+		assert_int_equal(pd_rsa_split_failures(), 0); /* no result came from the EVP fallback */
+		assert_int_equal(h.starts, OPS);
+		assert_int_equal(h.accepted, mode == 1 ? 0 : OPS);
+		assert_int_equal(h.remote, mode == 0 ? OPS : 0);
+		assert_int_equal(h.inline_runs, mode == 2 ? OPS : 0);
+		pthread_mutex_destroy(&h.lock);
+		pthread_cond_destroy(&h.cond);
+	}
+	pd_keyring_free(kr);
+
+	/* PD_RSA_SPLIT=0: the helper is never asked. */
+	assert_int_equal(setenv("PD_RSA_SPLIT", "0", 1), 0);
+	kr = ring(PD_RSA_OPENSSL);
+	unsetenv("PD_RSA_SPLIT");
+	k = subkey(kr);
+	struct helper h = { .mode = 1 };
+	struct pd_helper ops = { .start = h_start, .finish = h_finish, .ctx = &h };
+	pthread_mutex_init(&h.lock, NULL);
+	pthread_cond_init(&h.cond, NULL);
+	uint8_t cb[512], want[512], out[512];
+	size_t cl;
+	random_pair(k, 1, cb, &cl, want, klen);
+	assert_int_equal(pd_rsa_decrypt_raw(k, 0, &ops, cb, cl, out, klen), 0);
+	assert_memory_equal(out, want, klen);
+	assert_int_equal(h.starts, 0);
+	pthread_mutex_destroy(&h.lock);
+	pthread_cond_destroy(&h.cond);
+	pd_keyring_free(kr);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -245,6 +396,7 @@ int main(void)
 		cmocka_unit_test(test_public_errors),
 		cmocka_unit_test(test_default_backend),
 		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_split),
 	};
 	if (pd_lib_init(1 << 20))
 		return 1;
