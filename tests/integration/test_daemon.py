@@ -391,6 +391,14 @@ def test_vanishing_client(world, daemon):
             pass
     threading.Thread(target=send_quietly, daemon=True).start()
     c.recv_frame()
+    # Let back-pressure set in: the daemon stops reading, the sender blocks.
+    time.sleep(0.5)
+    # shutdown() first: close() alone only drops this thread's reference to
+    # the socket while the sender thread is blocked in sendall() on it, so
+    # the connection would stay up and the request rightly in flight (the
+    # cause of this test's old flakiness).  A client process that dies has
+    # no such thread left: shutdown() is what the daemon sees then.
+    c.s.shutdown(socket.SHUT_RDWR)
     c.s.close()
     time.sleep(0.5)
     c = daemon.client()
