@@ -10,16 +10,20 @@
 #   2. pgpdecd (started here on a temporary Unix socket) driven by
 #      `pgpdecd-client bench` at concurrency 1, 50 and 200: messages/s,
 #      MB/s of plaintext, latency P50/P95/P99/max, and the ratio to the raw
-#      limit of the backend pgpdecd uses, measured again right before each
-#      level with min(concurrency, workers) threads (at concurrency 1 only
-#      one RSA operation runs at a time, so that is its ceiling);
+#      limit of the backend pgpdecd uses, measured again with as many
+#      threads as workers in ROUNDS rounds interleaved with the bench (raw,
+#      bench, raw, bench, ...): the machine's speed drifts by 10-20% from
+#      one minute to the next, and only neighbours compare.  Before concurrency 1 the
+#      one-thread figure is measured too, for reference: one operation at a
+#      time on one core, which pgpdecd beats for keys whose CRT halves it
+#      splits across two workers (pgpdecd(8), PERFORMANCE);
 #   3. `gpg --decrypt` of the same messages, a sequential loop with the
 #      agent already running and the key loaded (no passphrase): messages/s,
 #      and the ratio pgpdecd/gpg.
 # Then prints one table (Markdown) with everything.  With --engine it also
 # runs contrib/bench-engine.sh (engine MB/s on 50 MiB messages against gpg).
 #
-# Usage: contrib/bench/run.sh [--seconds S] [--workers N] [--backend openssl|gcrypt]
+# Usage: contrib/bench/run.sh [--seconds S] [--rounds R] [--workers N] [--backend openssl|gcrypt]
 #                             [--bits "2048 4096"] [--levels "1 50 200"]
 #                             [--gpg-runs N] [--messages N] [--engine] [--keep]
 # Needs a build in $BUILD (default build/): meson setup build && ninja -C build
@@ -30,7 +34,8 @@ SRC=$(pwd)
 BUILD=${BUILD:-$SRC/build}
 case $BUILD in /*) ;; *) BUILD=$SRC/$BUILD ;; esac
 
-SECONDS_PER=5
+SECONDS_PER=3
+ROUNDS=3
 WORKERS=$(nproc)
 BACKEND=openssl
 BITS="2048 4096"
@@ -42,6 +47,7 @@ KEEP=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	--seconds) SECONDS_PER=$2; shift ;;
+	--rounds) ROUNDS=$2; shift ;;
 	--workers) WORKERS=$2; shift ;;
 	--backend) BACKEND=$2; shift ;;
 	--bits) BITS=$2; shift ;;
@@ -50,7 +56,7 @@ while [ $# -gt 0 ]; do
 	--messages) NMSG=$2; shift ;;
 	--engine) ENGINE=1 ;;
 	--keep) KEEP=1 ;;
-	-h|--help) sed -n '3,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '3,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "run.sh: unknown option $1 (--help)" >&2; exit 64 ;;
 	esac
 	shift
@@ -135,21 +141,26 @@ for b in $BITS; do
 	# sanity: every message decrypts byte-exact through the daemon
 	"$CLIENT" --socket "$SOCK" -o "$WORK/out$b" "$WORK/msg$b/m0.pgp" && [ -s "$WORK/out$b" ]
 	for c in $LEVELS; do
-		# The raw limit again right before each level, with as many threads
-		# as RSA operations can run at once (one request in flight keeps one
-		# worker busy): on a shared machine the limit drifts from minute to
-		# minute, and the ratio is only meaningful against a neighbour.
-		t=$WORKERS
-		[ "$c" -lt "$WORKERS" ] && t=$c
-		log "raw limit, RSA-$b: pd-rsa-limit -t $t -s $SECONDS_PER -b $BACKEND"
-		"$LIMIT" -t "$t" -s "$SECONDS_PER" -b "$BACKEND" --json "$WORK/key$b.pgp" >"$WORK/limit$b-c$c.json"
-		rate=$(jget "$WORK/limit$b-c$c.json" "backends.$BACKEND.ops_per_s")
-		# enough requests for about SECONDS_PER seconds at the raw limit, and
-		# at least 5 per client so that P99 means something
-		req=$("$PY" -c "import sys; r=float(sys.argv[1]); print(max(int(r*$SECONDS_PER), $c*5, 50))" "$rate")
-		log "pgpdecd, RSA-$b: pgpdecd-client bench --concurrency $c --requests $req"
-		"$CLIENT" --socket "$SOCK" --timeout 120 bench --concurrency "$c" --requests "$req" --json \
-			"$WORK/msg$b"/*.pgp >"$WORK/bench$b-$c.json"
+		# The raw limit again, interleaved with the bench in rounds: on a
+		# shared machine the limit drifts from minute to minute, and the
+		# ratio is only meaningful against a neighbour.
+		if [ "$c" = 1 ] && [ "$WORKERS" -gt 1 ]; then
+			log "raw limit, RSA-$b: pd-rsa-limit -t 1 -s $SECONDS_PER -b $BACKEND (reference)"
+			"$LIMIT" -t 1 -s "$SECONDS_PER" -b "$BACKEND" --json "$WORK/key$b.pgp" >"$WORK/limit$b-one.json"
+		fi
+		r=1
+		while [ $r -le "$ROUNDS" ]; do
+			log "raw limit, RSA-$b, round $r: pd-rsa-limit -t $WORKERS -s $SECONDS_PER -b $BACKEND"
+			"$LIMIT" -t "$WORKERS" -s "$SECONDS_PER" -b "$BACKEND" --json "$WORK/key$b.pgp" >"$WORK/limit$b-c$c-r$r.json"
+			rate=$(jget "$WORK/limit$b-c$c-r$r.json" "backends.$BACKEND.ops_per_s")
+			# enough requests for about SECONDS_PER seconds at the raw limit,
+			# and at least 5 per client so that P99 means something
+			req=$("$PY" -c "import sys; r=float(sys.argv[1]); print(max(int(r*$SECONDS_PER), $c*5, 50))" "$rate")
+			log "pgpdecd, RSA-$b, round $r: pgpdecd-client bench --concurrency $c --requests $req"
+			"$CLIENT" --socket "$SOCK" --timeout 120 bench --concurrency "$c" --requests "$req" --json \
+				"$WORK/msg$b"/*.pgp >"$WORK/bench$b-$c-r$r.json"
+			r=$((r + 1))
+		done
 	done
 done
 kill -TERM "$DPID"
@@ -172,13 +183,14 @@ for b in $BITS; do
 done
 
 # ---- table -------------------------------------------------------------
-"$PY" - "$WORK" "$BACKEND" "$WORKERS" "$BITS" "$LEVELS" <<'EOF'
-import json, sys, os
-work, backend, workers, bits, levels = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(), sys.argv[5].split()
+"$PY" - "$WORK" "$BACKEND" "$WORKERS" "$BITS" "$LEVELS" "$ROUNDS" <<'EOF'
+import json, sys, os, statistics
+work, backend, workers, bits, levels, rounds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(), sys.argv[5].split(), sys.argv[6]
 cpu = next((l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name')), '?')
 print(f"CPU: {cpu}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end")
 print(f"pgpdecd: {workers} workers, RSA backend {backend}; 4 KiB messages (gpg defaults); MB = 10^6 bytes of plaintext\n")
-print("| key | measurement | msgs/s | MB/s | P50 ms | P95 ms | P99 ms | max ms | P99/P50 | of raw limit | of raw, measured just before | x gpg |")
+print(f"Latency columns of a pgpdecd row: the median over its rounds of each round's percentile (max: the largest).\n")
+print("| key | measurement | msgs/s | MB/s | P50 ms | P95 ms | P99 ms | max ms | P99/P50 | of raw limit | of raw, interleaved | x gpg |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for b in bits:
     lim = json.load(open(f"{work}/limit{b}.json"))
@@ -189,18 +201,29 @@ for b in bits:
         print(f"| RSA-{b} | raw limit, {be}, {lim['threads']} threads | {v['ops_per_s']:.1f} | | "
               f"{v['ms_per_op']:.2f} | | | | | {'100%' if be == backend else ''} | | {v['ops_per_s']/gpg:.1f} |")
     for c in levels:
-        lc = json.load(open(f"{work}/limit{b}-c{c}.json"))
-        rc = lc["backends"][backend]["ops_per_s"]
-        print(f"| RSA-{b} | raw limit, {backend}, {lc['threads']} thread{'s' if lc['threads'] > 1 else ''} (before concurrency {c}) | "
-              f"{rc:.1f} | | {lc['backends'][backend]['ms_per_op']:.2f} | | | | | {100*rc/raw:.0f}% | | {rc/gpg:.1f} |")
-        j = json.load(open(f"{work}/bench{b}-{c}.json"))
-        rc = json.load(open(f"{work}/limit{b}-c{c}.json"))["backends"][backend]["ops_per_s"]
-        L = j["latency_ms"]
-        bad = f" ({j['failed']} FAILED)" if j["failed"] else ""
-        print(f"| RSA-{b} | pgpdecd, concurrency {c}{bad} | {j['msgs_per_s']:.1f} | {j['mb_per_s_out']:.2f} | "
-              f"{L['p50']:.2f} | {L['p95']:.2f} | {L['p99']:.2f} | {L['max']:.2f} | {L['p99']/L['p50']:.2f} | "
-              f"{100*j['msgs_per_s']/raw:.0f}% | {100*j['msgs_per_s']/rc:.0f}% | "
-              f"{j['msgs_per_s']/gpg:.1f} |")
+        if os.path.exists(f"{work}/limit{b}-one.json") and c == "1":
+            lo = json.load(open(f"{work}/limit{b}-one.json"))["backends"][backend]
+            print(f"| RSA-{b} | raw limit, {backend}, 1 thread (one operation at a time, for reference) | "
+                  f"{lo['ops_per_s']:.1f} | | {lo['ms_per_op']:.2f} | | | | | {100*lo['ops_per_s']/raw:.0f}% | | {lo['ops_per_s']/gpg:.1f} |")
+        R = int(rounds)
+        raws = [json.load(open(f"{work}/limit{b}-c{c}-r{r}.json"))["backends"][backend]["ops_per_s"] for r in range(1, R + 1)]
+        runs = [json.load(open(f"{work}/bench{b}-{c}-r{r}.json")) for r in range(1, R + 1)]
+        rc = sum(raws) / R
+        print(f"| RSA-{b} | raw limit, {backend}, {workers} threads, mean of {R} rounds around concurrency {c} "
+              f"({min(raws):.0f}-{max(raws):.0f}) | {rc:.1f} | | {1000*int(workers)/rc:.2f} | | | | | {100*rc/raw:.0f}% | | {rc/gpg:.1f} |")
+        reqs = sum(j["requests"] for j in runs)
+        secs = sum(j["elapsed_s"] for j in runs)
+        rate = reqs / secs
+        mb = sum(j["mb_per_s_out"] * j["elapsed_s"] for j in runs) / secs
+        med = lambda k: statistics.median(j["latency_ms"][k] for j in runs)
+        p50, p95, p99, mx = med("p50"), med("p95"), med("p99"), max(j["latency_ms"]["max"] for j in runs)
+        ratios = [100 * j["msgs_per_s"] / x for j, x in zip(runs, raws)]
+        failed = sum(j["failed"] for j in runs)
+        bad = f" ({failed} FAILED)" if failed else ""
+        print(f"| RSA-{b} | pgpdecd, concurrency {c}{bad}, {R} rounds, {reqs} msgs | {rate:.1f} | {mb:.2f} | "
+              f"{p50:.2f} | {p95:.2f} | {p99:.2f} | {mx:.2f} | {p99/p50:.2f} | "
+              f"{100*rate/raw:.0f}% | {100*rate/rc:.0f}% (rounds {min(ratios):.0f}-{max(ratios):.0f}%) | "
+              f"{rate/gpg:.1f} |")
     print(f"| RSA-{b} | gpg --decrypt, sequential, {n} msgs | {gpg:.1f} | {gpg*4096/1e6:.2f} | "
           f"{1000/gpg:.1f} | | | | | {100*gpg/raw:.1f}% | | 1.0 |")
 EOF
