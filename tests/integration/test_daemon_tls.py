@@ -7,6 +7,7 @@ clean and the daemon keeps serving."""
 import hashlib
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -143,6 +144,87 @@ def test_tls_mutual(world, pki, tmp_path):
             assert p.returncode == 0 and p.stdout == world["msgs"][4][0], p.stderr
             p = subprocess.run([client, *tls[:4], str(f)], capture_output=True, timeout=60)
             assert p.returncode != 0  # no client certificate
+    finally:
+        assert d.stop() == 0
+
+
+def test_tls12(world, pki, tmp_path):
+    """tls-min-version 1.2 admits a TLS 1.2 client (and it decrypts); the
+    default (1.3) refuses one."""
+    def client12(port):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_verify_locations(str(pki["ca"][1]))
+        ctx.load_cert_chain(str(pki["good"][1]), str(pki["good"][0]))
+        raw = socket.create_connection(("127.0.0.1", port), timeout=20)
+        return Client(sock=ctx.wrap_socket(raw, server_hostname="localhost"), timeout=20)
+
+    tls = ["--tls-cert", str(pki["srv"][1]), "--tls-key", str(pki["srv"][0]), "--tls-ca", str(pki["ca"][1])]
+    port = free_port()
+    d = Daemon(world, tmp_path, "--listen", f"tcp:127.0.0.1:{port}", *tls, "--tls-min-version", "1.2")
+    try:
+        wait_port(port)
+        c = client12(port)
+        assert c.s.version() == "TLSv1.2"
+        plain, msg = world["msgs"][3]
+        got, res, _ = c.decrypt(msg)
+        check_ok(got, res, plain)
+        assert tls_client(port, pki, pki["good"]).s.version() == "TLSv1.3"  # 1.3 still preferred
+    finally:
+        assert d.stop() == 0
+    port = free_port()
+    (tmp_path / "default").mkdir()
+    d = Daemon(world, tmp_path / "default", "--listen", f"tcp:127.0.0.1:{port}", *tls)
+    try:
+        wait_port(port)
+        assert refused(lambda: client12(port)), "TLS 1.2 client against the 1.3 default"
+        assert tls_client(port, pki, pki["good"]).ping(b"13") == b"13"
+    finally:
+        assert d.stop() == 0
+
+
+def test_tls_credentials_reload(world, pki, tmp_path):
+    """SIGHUP reloads the server certificate and the client CA: new
+    connections get the new ones, an established connection keeps working,
+    and a reload with a broken key file keeps the old credentials."""
+    d0 = tmp_path / "pki"
+    d0.mkdir()
+    other = make_ca(d0, "newca")
+    newsrv = make_cert(d0, "localhost", other, 'dns_name = "localhost"\ntls_www_server\nexpiration_days = 30\n')
+    newclient = make_cert(d0, "newclient", other, "tls_www_client\nexpiration_days = 30\n")
+    cert, key, ca = tmp_path / "srv.pem", tmp_path / "srv.key", tmp_path / "ca.pem"
+    shutil.copy(pki["srv"][1], cert)
+    shutil.copy(pki["srv"][0], key)
+    shutil.copy(pki["ca"][1], ca)
+    port = free_port()
+    d = Daemon(world, tmp_path, "--listen", f"tcp:127.0.0.1:{port}", "--tls-cert", str(cert), "--tls-key", str(key),
+               "--tls-ca", str(ca))
+
+    def new_pki_client():
+        return tls_client(port, {"ca": other}, newclient)
+
+    try:
+        wait_port(port)
+        old = tls_client(port, pki, pki["good"])
+        assert old.ping(b"before") == b"before"
+        assert refused(new_pki_client)
+        # Swap in the new server certificate and client CA, then reload.
+        shutil.copy(newsrv[1], cert)
+        shutil.copy(newsrv[0], key)
+        shutil.copy(other[1], ca)
+        d.proc.send_signal(signal.SIGHUP)
+        d.wait_log("reloaded:", 1)
+        assert new_pki_client().ping(b"after") == b"after"
+        assert refused(lambda: tls_client(port, pki, pki["good"])), "the old CA is gone"
+        assert old.ping(b"still") == b"still"  # established before the reload
+        plain, msg = world["msgs"][3]
+        got, res, _ = old.decrypt(msg)
+        check_ok(got, res, plain)
+        # A broken key file: the reload fails and says why; the credentials stay.
+        key.write_text("not a key\n")
+        d.proc.send_signal(signal.SIGHUP)
+        d.wait_log("reload failed", 1)
+        assert new_pki_client().ping(b"kept") == b"kept"
     finally:
         assert d.stop() == 0
 
