@@ -48,6 +48,7 @@ static const struct opt opts[] = {
 	{ "drain-timeout", 0, T_MS, O(drain_timeout_ms), "TIME", "on SIGTERM, in-flight work gets this long (default 30s)" },
 	{ "write-high-watermark", 0, T_SIZE, O(write_high_watermark), "BYTES", "unsent output per connection that stops reading (default 1M)" },
 	{ "write-low-watermark", 0, T_SIZE, O(write_low_watermark), "BYTES", "resume reading below this (default 256K)" },
+	{ "max-write-buffer", 0, T_SIZE, O(max_write_buffer), "BYTES", "unsent output of all connections together that pauses decryption until it drains (default 256M)" },
 	{ "request-buffer", 0, T_SIZE, O(request_buffer), "BYTES", "ciphertext and plaintext buffered per request (default 128K)" },
 	{ "max-verified-size", 0, T_SIZE, O(max_verified_size), "BYTES", "plaintext held for one verified-only request (default 64M)" },
 	{ "max-verified-total", 0, T_SIZE, O(max_verified_total), "BYTES", "plaintext held for all verified-only requests (default 256M)" },
@@ -86,6 +87,7 @@ static void set_defaults(struct pd_config *c)
 	c->drain_timeout_ms = 30000;
 	c->write_high_watermark = 1u << 20;
 	c->write_low_watermark = 256u << 10;
+	c->max_write_buffer = 256u << 20;
 	c->request_buffer = 128u << 10;
 	c->max_key_trials = 8;
 	c->max_argon2_memory = 256ull << 20;
@@ -351,6 +353,8 @@ static int check(struct pd_config *c, char *err, size_t errlen)
 		return fail(err, errlen, "request-buffer must be between 4K and 64M");
 	if (c->write_low_watermark >= c->write_high_watermark)
 		return fail(err, errlen, "write-low-watermark must be below write-high-watermark");
+	if (c->max_write_buffer < c->write_high_watermark)
+		return fail(err, errlen, "max-write-buffer must be at least write-high-watermark");
 	if (c->rsa_backend && strcmp(c->rsa_backend, "default") && strcmp(c->rsa_backend, "openssl") &&
 	    strcmp(c->rsa_backend, "gcrypt"))
 		return fail(err, errlen, "rsa-backend: want openssl or gcrypt, not '%s'", c->rsa_backend);

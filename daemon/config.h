@@ -48,6 +48,7 @@ struct pd_config {
 	uint64_t drain_timeout_ms;  /* SIGTERM: in-flight work gets this long */
 	size_t write_high_watermark;/* per connection: stop reading above */
 	size_t write_low_watermark; /* resume below */
+	size_t max_write_buffer;    /* unsent output of all connections that pauses decryption (iii) */
 	size_t request_buffer;      /* ciphertext/plaintext buffered per request, each way */
 	uint64_t max_verified_size; /* plaintext held for one verified-only request */
 	uint64_t max_verified_total;/* ... for all of them */

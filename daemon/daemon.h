@@ -42,6 +42,8 @@ struct pd_daemon {
 	unsigned n_sessions;
 	unsigned n_active;           /* decryptions begun, not finished (global admission) */
 	uint64_t held_bytes;         /* plaintext held for verified-only requests, all sessions */
+	uint64_t unsent_bytes;       /* queued for writing on all sessions (sum of their wbytes) */
+	bool write_paused;           /* unsent_bytes reached max-write-buffer: back-pressure (iii) */
 	bool stopping;
 	bool reloading;
 	struct pd_stats stats;

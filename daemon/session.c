@@ -166,6 +166,48 @@ void pd_session_close(struct pd_session *s)
 /* ---------------------------------------------------------------- */
 /* Writer */
 
+/* Back-pressure (iii), global: while the unsent output of all sessions
+ * together is at max-write-buffer (until it is back below half of it), a
+ * session whose own output is still unsent takes no frames and submits no
+ * jobs; a session whose client has read everything goes on (one job's
+ * output at a time), so readers are served and the pause never waits for
+ * clients that do not read.  The sum stays near the cap instead of growing
+ * to connections x write-high-watermark. */
+static void resume(struct pd_session *s)
+{
+	if (s->closing || (!s->rq_n && !s->rx))
+		return;
+	for (unsigned i = 0; i < s->rq_n; i++)
+		pd_request_kick(rq_at(s, i));
+	pd_session_wake(s);
+}
+
+/* Rare (once per crossing), so a walk over all sessions. */
+static void write_resume_all(void)
+{
+	pd_d.write_paused = false;
+	for (struct pd_session *s = pd_d.sessions; s; s = s->next)
+		resume(s);
+}
+
+static void unsent_add(struct pd_session *s, size_t n)
+{
+	s->wbytes += n;
+	pd_d.unsent_bytes += n;
+	if (pd_d.unsent_bytes >= pd_d.cfg->max_write_buffer)
+		pd_d.write_paused = true;
+}
+
+static void unsent_sub(struct pd_session *s, size_t n)
+{
+	s->wbytes -= n;
+	pd_d.unsent_bytes -= n;
+	if (pd_d.write_paused && pd_d.unsent_bytes <= pd_d.cfg->max_write_buffer / 2)
+		write_resume_all();
+	else if (pd_d.write_paused && !s->wbytes)
+		resume(s); /* its client read everything: it may go on */
+}
+
 static void on_write(uv_write_t *wr, int status)
 {
 	struct pd_obuf *o = wr->data;
@@ -174,7 +216,7 @@ static void on_write(uv_write_t *wr, int status)
 
 	explicit_bzero(o->data, o->len);
 	free(o);
-	s->wbytes -= n;
+	unsent_sub(s, n);
 	s->last_write = uv_now(pd_d.loop);
 	if (s->closing)
 		return;
@@ -237,7 +279,7 @@ static void write_raw(struct pd_session *s, struct pd_obuf *o)
 		pd_session_close(s);
 		return;
 	}
-	s->wbytes += o->len - off;
+	unsent_add(s, o->len - off);
 	if (s->wbytes >= pd_d.cfg->write_high_watermark)
 		s->throttled = true;
 }
@@ -612,6 +654,10 @@ static bool can_take_frame(const struct pd_session *s)
 {
 	if (s->throttled)
 		return false;
+	/* (iii): see resume().  Sessions with nothing under way still answer
+	 * PING, STATS and KEYS. */
+	if (pd_d.write_paused && s->wbytes && (s->rx || s->rq_n))
+		return false;
 	if (s->rx)
 		return pd_request_room(s->rx) >= s->max_frame;
 	if (!s->rx_discard && s->rq_n >= s->max_inflight)
@@ -821,7 +867,10 @@ static void on_idle(uv_idle_t *h)
 	uv_idle_stop(h);
 }
 
-bool pd_session_write_pressure(const struct pd_session *s) { return s->throttled; }
+bool pd_session_write_pressure(const struct pd_session *s)
+{
+	return s->throttled || (pd_d.write_paused && s->wbytes);
+}
 uint32_t pd_session_max_frame(const struct pd_session *s) { return s->max_frame; }
 
 /* ---------------------------------------------------------------- */

@@ -80,6 +80,10 @@ char *pd_stats_render(size_t *ret_len)
 	    (unsigned long long)st->bytes_out);
 	put(&b, "# HELP pgpdecd_in_flight Decryptions in progress.\n"
 	        "# TYPE pgpdecd_in_flight gauge\npgpdecd_in_flight %u\n", pd_d.n_active);
+	put(&b, "# HELP pgpdecd_unsent_bytes Output queued for writing on all connections (max-write-buffer pauses decryption).\n"
+	        "# TYPE pgpdecd_unsent_bytes gauge\npgpdecd_unsent_bytes %llu\n", (unsigned long long)pd_d.unsent_bytes);
+	put(&b, "# HELP pgpdecd_write_paused 1 while decryption is paused because max-write-buffer is reached.\n"
+	        "# TYPE pgpdecd_write_paused gauge\npgpdecd_write_paused %d\n", pd_d.write_paused ? 1 : 0);
 	put(&b, "# HELP pgpdecd_queue_depth Jobs waiting for a worker.\n"
 	        "# TYPE pgpdecd_queue_depth gauge\npgpdecd_queue_depth %u\n",
 	    pd_d.pool ? pd_pool_queued(pd_d.pool) : 0);

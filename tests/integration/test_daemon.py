@@ -373,6 +373,64 @@ def test_slow_reader_bounded_rss(world, tmp_path):
         assert d.stop() == 0
 
 
+def _fill_slow_readers(d, msg, n):
+    """n clients each ask for msg and read nothing; returns them, their request
+    ids, and the daemon's stats once its unsent output stops growing."""
+    slow = [d.client(timeout=60) for _ in range(n)]
+    rids = [c.send_decrypt(msg) for c in slow]
+    probe = d.client(timeout=30)
+    last, st = -1, None
+    for _ in range(100):
+        time.sleep(0.2)
+        st = pdwire.parse_prometheus(probe.stats())
+        if st["pgpdecd_unsent_bytes"] == last and last > 0:
+            break
+        last = st["pgpdecd_unsent_bytes"]
+    return slow, rids, probe, st
+
+
+def test_global_write_budget(world, tmp_path):
+    """Back-pressure (iii): clients that do not read their plaintext fill
+    max-write-buffer; then no session with unsent output gets more, so the sum
+    stays near the cap instead of connections x write-high-watermark, while
+    clients that read (PING, STATS, DECRYPT) are still served, and all
+    completes byte-exact once the slow readers read."""
+    plain = b"B" * 3_000_000
+    msg = world["gpg"].encrypt(plain, "alice@example.org")  # compressed: a small message, much output
+    assert len(msg) < 100_000
+    opts = ["--write-high-watermark", "256K", "--write-low-watermark", "64K", "--request-buffer", "16K"]
+    for cap in (None, 300):
+        sub = tmp_path / f"cap{cap}"
+        sub.mkdir()
+        d = Daemon(world, sub, *opts, *(["--max-write-buffer", f"{cap}K"] if cap else []))
+        try:
+            slow, rids, probe, st = _fill_slow_readers(d, msg, 6)
+            print(f"max-write-buffer {cap or 'default'}: unsent {st['pgpdecd_unsent_bytes']:.0f} bytes, "
+                  f"paused {st['pgpdecd_write_paused']:.0f}")
+            if cap is None:
+                # Each session queues up to its own high watermark: 6 x 256 KiB and more.
+                assert st["pgpdecd_write_paused"] == 0 and st["pgpdecd_unsent_bytes"] >= 6 * 256 * 1024, st
+            else:
+                # At the cap plus what each session had produced when it was
+                # reached: its request's output queue (request-buffer) and one
+                # job's output (request-buffer plus frame slack): 48 KiB each.
+                assert st["pgpdecd_write_paused"] == 1, st
+                assert cap * 1024 <= st["pgpdecd_unsent_bytes"] <= (cap + 6 * 48) * 1024, st
+            # Clients that read are served meanwhile.
+            assert probe.ping(b"alive") == b"alive"
+            for small_plain, small in world["msgs"][:5]:
+                got, res, _ = probe.decrypt(small)
+                check_ok(got, res, small_plain)
+            # The slow readers read: everything completes and the pause ends.
+            for c, rid in zip(slow, rids):
+                got, res, _ = c.read_reply(rid)
+                check_ok(got, res, plain)
+            st = pdwire.parse_prometheus(probe.stats())
+            assert st["pgpdecd_write_paused"] == 0 and st["pgpdecd_unsent_bytes"] == 0, st
+        finally:
+            assert d.stop() == 0
+
+
 def test_vanishing_client(world, daemon):
     plain, msg = world["msgs"][-1]
     for cut in (10, len(msg) // 2):
