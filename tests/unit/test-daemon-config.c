@@ -106,6 +106,8 @@ static void test_errors(void **state)
 	expect_error(LOAD(&c, err, "--listen", "unix:/x", "--key", "k", "--frobnicate"), err, "unknown argument");
 	expect_error(LOAD(&c, err, "--listen", "unix:/x", "--key", "k", "--write-low-watermark", "2M"), err,
 	             "low-watermark");
+	expect_error(LOAD(&c, err, "--listen", "unix:/x", "--key", "k", "--max-write-buffer", "512K"), err,
+	             "max-write-buffer");
 	expect_error(LOAD(&c, err, "--listen", "unix:/x", "--key", "k", "--tls-cert", "c.pem", "--tls-key", "k.pem"),
 	             err, "tls-ca");
 	expect_error(LOAD(&c, err, "--listen", "unix:/x", "--key", "k", "--tls-pin", "abcd"), err, "64 hex");
