@@ -90,8 +90,23 @@ static void free_secure(uint8_t *p, size_t len)
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* Regular files of dir, sorted, hidden files and editor backups skipped. */
-static int list_dir(const char *dir, char ***ret, size_t *ret_n)
+/* Files the configuration names for other purposes: a key directory may be
+ * systemd's credentials directory, which also holds the passphrase and the
+ * TLS files. */
+static bool is_other_file(const struct pd_config *c, const struct stat *st)
+{
+	const char *other[] = { c->passphrase_file, c->tls_key, c->tls_cert, c->tls_ca };
+	for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+		struct stat o;
+		if (other[i] && stat(other[i], &o) == 0 && o.st_dev == st->st_dev && o.st_ino == st->st_ino)
+			return true;
+	}
+	return false;
+}
+
+/* Regular files of dir, sorted; hidden files, editor backups and the
+ * configuration's other files (is_other_file) skipped. */
+static int list_dir(const struct pd_config *c, const char *dir, char ***ret, size_t *ret_n)
 {
 	DIR *d = opendir(dir);
 	char **v = NULL;
@@ -108,7 +123,7 @@ static int list_dir(const char *dir, char ***ret, size_t *ret_n)
 		if (asprintf(&p, "%s/%s", dir, e->d_name) < 0)
 			goto nomem;
 		struct stat st;
-		if (stat(p, &st) < 0 || !S_ISREG(st.st_mode)) {
+		if (stat(p, &st) < 0 || !S_ISREG(st.st_mode) || is_other_file(c, &st)) {
 			free(p);
 			continue;
 		}
@@ -237,7 +252,7 @@ int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, char *err,
 			goto out;
 	}
 	if (c->keydir) {
-		r = list_dir(c->keydir, &files, &nfiles);
+		r = list_dir(c, c->keydir, &files, &nfiles);
 		if (r < 0) {
 			snprintf(err, errlen, "key directory %s: %s", c->keydir, strerror(-r));
 			goto out;

@@ -251,6 +251,35 @@ def test_passphrase_protected_key(world, tmp_path):
         assert d.stop() == 0
 
 
+def test_keydir_as_credentials_directory(world, tmp_path):
+    """A key directory laid out like systemd's credentials directory: several
+    key files beside the passphrase file that --passphrase-file names (which
+    is not read as a key)."""
+    creds = tmp_path / "credentials"
+    creds.mkdir()
+    shutil.copy(world["keys"] / "alice.gpg", creds / "alice.pgp")
+    shutil.copy(world["base"] / "bob.gpg", creds / "bob.pgp")
+    shutil.copy(world["base"] / "bob.pass", creds / "passphrase")
+    d = Daemon(world, tmp_path, "--passphrase-file", str(creds / "passphrase"), keydir=creds)
+    try:
+        c = d.client()
+        fprs = {k["fpr"] for k in c.keys()}
+        assert len(fprs) == 4  # RSA primary and subkey of each file
+        for uid in ("alice@example.org", "bob@example.org"):
+            assert set(world["gpg"].enc_fprs(uid)) <= fprs
+        for uid in ("alice@example.org", "bob@example.org"):
+            got, res, _ = c.decrypt(world["gpg"].encrypt(b"to " + uid.encode(), uid))
+            check_ok(got, res, b"to " + uid.encode())
+    finally:
+        assert d.stop() == 0
+    # Without --passphrase-file naming it, the passphrase file is a bad key file.
+    sub = tmp_path / "bad"
+    sub.mkdir()
+    p = subprocess.run([PGPDECD, "--listen", "unix:" + str(sub / "s"), "--keydir", str(creds)],
+                       capture_output=True, timeout=60)
+    assert p.returncode != 0 and b"passphrase" in p.stderr, p.stderr
+
+
 def test_bad_start(world, tmp_path):
     """Wrong passphrase or no keys: the daemon refuses to start and says why."""
     p = subprocess.run([PGPDECD, "--listen", "unix:" + str(tmp_path / "s"), "--key", str(world["base"] / "bob.gpg")],
