@@ -582,6 +582,10 @@ static int collected(struct pd_msg *m, size_t li)
 			return fail_inner(m, li, PD_EMALFORMED, "empty compressed data packet");
 		if (m->info.n_compression < PD_ARRAY_SIZE(m->info.compression))
 			m->info.compression[m->info.n_compression++] = c[0];
+		/* A layer may hold several compressed packets one after the
+		 * other (not a valid message, but it must not leak either). */
+		pd_inflate_free(L->z);
+		L->z = NULL;
 		r = pd_inflate_new(&L->z, c[0]);
 		if (r < 0)
 			return fail(m, r, "unsupported compression algorithm %u", c[0]);
@@ -590,6 +594,7 @@ static int collected(struct pd_msg *m, size_t li)
 			return r;
 		L->xk = X_INFLATE;
 		L->x_in = L->x_out = 0;
+		L->x_ended = false;
 		L->st = L_XFORM;
 		return 0;
 	case C_CONTAINER:
@@ -732,9 +737,17 @@ static int run_deepest(struct pd_msg *m, uint8_t *out, size_t cap, size_t *ret_l
 				if (li == 1 && !m->info.has_literal)
 					return fail(m, PD_EMALFORMED, "decrypted data holds no literal data packet");
 				pop_layer(m);
-				m->layers[li - 1].st = L_HEADER;
 				li--;
 				L = &m->layers[li];
+				/* A decompressor fed the layer just ended: done with.
+				 * (Layer 0's decryption is not: its MDC or last tag
+				 * is checked when its own input ends.) */
+				if (L->xk == X_INFLATE) {
+					pd_inflate_free(L->z);
+					L->z = NULL;
+					L->xk = X_NONE;
+				}
+				L->st = L_HEADER;
 				continue;
 			}
 			r = on_header(m, li);

@@ -66,6 +66,8 @@ def main():
                    + pkt(2, bytes([4, 0, 1, 8, 0, 0, 0, 0, 0xAB, 0xCD]) + b"\x00\x08\x01\x02"),
         "marker-padding": pkt(10, b"PGP") + lit + pkt(21, b"\x00" * 32),
         "two-literals": lit + lit,
+        # several compressed packets in one layer leaked a decompressor (found by fuzz-msg)
+        "two-compressed": pkt(8, b"\x00") + pkt(8, b"\x00" + lit) + pkt(8, b"\x02" + zdeflate(lit, 15)),
         "empty": b"",
     }
     for f in sorted(os.listdir(os.path.join(SRC, "inflate"))):
