@@ -307,15 +307,20 @@ def _one_client(sock, msgs, idx, errors):
         errors.append((idx, repr(e)))
 
 
-def test_200_concurrent_clients(world, daemon):
-    msgs = [m for m in world["msgs"] if len(m[1]) < 2_000_000]
+def _concurrent_clients(sock, msgs, n, timeout):
+    """n clients at once, three decryptions each; every plaintext checked."""
     errors = []
-    threads = [threading.Thread(target=_one_client, args=(daemon.sock, msgs, i, errors)) for i in range(200)]
+    threads = [threading.Thread(target=_one_client, args=(sock, msgs, i, errors)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(600)
+        t.join(timeout)
     assert not errors, errors[:10]
+
+
+def test_200_concurrent_clients(world, daemon):
+    msgs = [m for m in world["msgs"] if len(m[1]) < 2_000_000]
+    _concurrent_clients(daemon.sock, msgs, 200, 600)
     stats = pdwire.parse_prometheus(daemon.client().stats())
     assert stats['pgpdecd_requests_total{status="OK"}'] == 600
     assert stats["pgpdecd_in_flight"] == 0
@@ -338,13 +343,7 @@ def test_split_rsa_operations(world, tmp_path):
         # One request at a time leaves the second worker idle: it takes
         # the q half unless the first finishes both before it wakes up.
         assert 0 < stats["pgpdecd_split_operations_total"] <= 60, stats
-        errors = []
-        threads = [threading.Thread(target=_one_client, args=(d.sock, msgs, i, errors)) for i in range(20)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(300)
-        assert not errors, errors[:10]
+        _concurrent_clients(d.sock, msgs, 20, 300)
         stats = pdwire.parse_prometheus(c.stats())
         assert stats['pgpdecd_requests_total{status="OK"}'] == 60 + 60
         assert stats["pgpdecd_split_operations_total"] <= 120
