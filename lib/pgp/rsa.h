@@ -30,3 +30,7 @@ PD_HIDDEN int pd_rsa_decrypt_raw(const struct pd_key *k, unsigned worker, const 
  * start (a fault check that did not hold, or no memory); 0 in a healthy
  * process: the tests assert it. */
 PD_HIDDEN unsigned long pd_rsa_split_failures(void);
+/** Tests only: the next split operation adds 1 to the result of its p half
+ * (half 1) or q half (half 2) before recombination, as a hardware fault
+ * would; the fault check must catch it.  0 disarms. */
+PD_HIDDEN void pd__rsa_inject_fault(int half);

@@ -326,6 +326,21 @@ static void random_pair(const struct pd_key *k, int i, uint8_t *cb, size_t *cl, 
 	gcry_mpi_release(c);
 }
 
+/* A helper with no thread: every half runs on the caller. */
+static bool refuse_task(void *ctx, struct pd_task *t)
+{
+	(void)ctx;
+	(void)t;
+	return false;
+}
+
+static void never_finish(void *ctx, struct pd_task *t)
+{
+	(void)ctx;
+	(void)t;
+	fail_msg("finish() without a start()");
+}
+
 static void test_split(void **state)
 {
 	(void)state;
@@ -365,6 +380,27 @@ static void test_split(void **state)
 		assert_int_equal(h.inline_runs, mode == 2 ? OPS : 0);
 		pthread_mutex_destroy(&h.lock);
 		pthread_cond_destroy(&h.cond);
+	}
+
+	/* A fault in either half (or in recombination) is caught by the check
+	 * m^e == c (mod p and mod q) and the result is redone on the EVP path:
+	 * still byte-exact, and counted.  A fault in the q half leaves m mod p
+	 * right, and one in the p half leaves m mod q right, so each of the two
+	 * checks is needed. */
+	struct pd_helper none = { .start = refuse_task, .finish = never_finish };
+	for (int half = 1; half <= 2; half++) {
+		uint8_t cb[512], want[512], out[512];
+		size_t cl;
+		unsigned long before = pd_rsa_split_failures();
+		random_pair(k, 100 + half, cb, &cl, want, klen);
+		pd__rsa_inject_fault(half);
+		assert_int_equal(pd_rsa_decrypt_raw(k, 3, &none, cb, cl, out, klen), 0);
+		assert_memory_equal(out, want, klen);
+		assert_int_equal(pd_rsa_split_failures(), before + 1);
+		/* the injection was used up: the next operation splits cleanly */
+		assert_int_equal(pd_rsa_decrypt_raw(k, 3, &none, cb, cl, out, klen), 0);
+		assert_memory_equal(out, want, klen);
+		assert_int_equal(pd_rsa_split_failures(), before + 1);
 	}
 	pd_keyring_free(kr);
 
