@@ -388,6 +388,17 @@ static void test_split(void **state)
 	 * right, and one in the p half leaves m mod q right, so each of the two
 	 * checks is needed. */
 	struct pd_helper none = { .start = refuse_task, .finish = never_finish };
+	/* One worker's blinding pairs over two refills of its stock (8 fresh
+	 * pairs per inversion, each used 32 times): a wrong inverse anywhere
+	 * would unblind to a wrong result. */
+	for (int i = 0; i < 2 * 8 * 32 + 1; i++) {
+		uint8_t cb[512], want[512], out[512];
+		size_t cl;
+		random_pair(k, 1000 + i, cb, &cl, want, klen);
+		assert_int_equal(pd_rsa_decrypt_raw(k, 5, &none, cb, cl, out, klen), 0);
+		assert_memory_equal(out, want, klen);
+	}
+	assert_int_equal(pd_rsa_split_failures(), 0);
 	for (int half = 1; half <= 2; half++) {
 		uint8_t cb[512], want[512], out[512];
 		size_t cl;
