@@ -110,6 +110,13 @@ def run(cmd, input=None, env=None, timeout=600, check=True, **kw):
     return p
 
 
+def kill_gpg_agent(home):
+    """Stop the gpg-agent (and dirmngr) that gpg started for GNUPGHOME home:
+    left running, they outlive the tests and wake up now and then."""
+    subprocess.run(["gpgconf", "--kill", "all"], env=dict(os.environ, GNUPGHOME=str(home)),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 class Tools:
     """The peers, each with its state in the session directory."""
 
@@ -138,8 +145,7 @@ class Tools:
         return run(cmd, input=input, env=self.env, check=check)
 
     def close(self):
-        subprocess.run(["gpgconf", "--kill", "all"], env=self.env,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        kill_gpg_agent(self.gnupghome)
 
 
 def _enc_keyids(tools, cert):

@@ -18,6 +18,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from fake_pgpdecd import FakeServer  # noqa: E402
+from conftest import kill_gpg_agent  # noqa: E402
 
 BUILD = os.environ.get("PD_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
 CLIENT = os.path.join(BUILD, "client", "pgpdecd-client")
@@ -503,6 +504,7 @@ def daemon(tmp_path_factory):
         p.kill()
         rc = "hung on SIGTERM"
     log.close()
+    kill_gpg_agent(home)
     text = open(base / "pgpdecd.log", errors="replace").read()
     # The client's misbehaviour must never hurt the daemon (ASan builds report here).
     assert "Sanitizer" not in text and "runtime error" not in text, text[-3000:]

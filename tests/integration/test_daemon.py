@@ -20,6 +20,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 import pdwire  # noqa: E402
 from pdwire import Client, ConnectionEnded, frame  # noqa: E402
+from conftest import kill_gpg_agent  # noqa: E402
 
 BUILD = os.environ.get("PD_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
 PGPDECD = os.path.join(BUILD, "daemon", "pgpdecd")
@@ -87,7 +88,8 @@ def world(tmp_path_factory):
     msgs = []
     for i, p in enumerate(plains):
         msgs.append((p, g.encrypt(p, "alice@example.org", armor=i % 2 == 1, compress=0 if i % 3 == 0 else None)))
-    return {"base": base, "gpg": g, "keys": keys, "msgs": msgs}
+    yield {"base": base, "gpg": g, "keys": keys, "msgs": msgs}
+    kill_gpg_agent(g.home)
 
 
 # --------------------------------------------------------------------------

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import kill_gpg_agent
+
 SRC = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("PD_BUILD_DIR", SRC / "build")).resolve()
 FILTER = SRC / "contrib" / "postfix" / "pgpdecd-filter"
@@ -55,6 +57,7 @@ def env(tmp_path_factory):
     p.terminate()
     p.wait(timeout=30)
     log.close()
+    kill_gpg_agent(home)
 
 
 def run_filter(env, mail: str, name: str, sock=None):
