@@ -340,10 +340,30 @@ static void free_req(struct pd_request *r)
 	free(r);
 }
 
+/* A split RSA operation that failed was redone on one thread and its
+ * message is fine, but the reason is the operator's to know: say so, at most
+ * once a minute (pgpdecd_split_failures_total counts them all). */
+static void warn_split_failures(void)
+{
+	static unsigned long seen;
+	static uint64_t said_ms;
+	unsigned long n = pd_split_failures();
+	uint64_t now = uv_now(pd_d.loop);
+	if (n == seen || (said_ms && now - said_ms < 60000))
+		return;
+	pd_log_warn("POOL", "%lu split RSA operation%s redone on one thread since the start: a result failed its check "
+	            "against the public key (a hardware fault?) or the secure heap is too small (secmem-size)",
+	            n, n == 1 ? "" : "s");
+	seen = n;
+	said_ms = now;
+}
+
 static void job_done(struct pd_job *j)
 {
 	struct pd_request *r = container_of(j, struct pd_request, job);
 	struct pd_obuf *o = r->job_out;
+
+	warn_split_failures();
 
 	r->job_out = NULL;
 

@@ -7,6 +7,7 @@
 
 #include "daemon.h"
 #include "keys.h"
+#include "pgpdec.h"
 #include "pool.h"
 #include "status.h"
 
@@ -92,6 +93,8 @@ char *pd_stats_render(size_t *ret_len)
 	put(&b, "# HELP pgpdecd_split_operations_total Private-key operations whose second CRT half ran on an idle worker.\n"
 	        "# TYPE pgpdecd_split_operations_total counter\npgpdecd_split_operations_total %llu\n",
 	    pd_d.pool ? (unsigned long long)pd_pool_helped(pd_d.pool) : 0ULL);
+	put(&b, "# HELP pgpdecd_split_failures_total Split operations redone on one thread: a result that failed its check, or no secure memory.\n"
+	        "# TYPE pgpdecd_split_failures_total counter\npgpdecd_split_failures_total %lu\n", pd_split_failures());
 	put(&b, "# HELP pgpdecd_connections Open connections.\n"
 	        "# TYPE pgpdecd_connections gauge\npgpdecd_connections %u\n", pd_d.n_sessions);
 	put(&b, "# HELP pgpdecd_connections_total Connections accepted.\n"

@@ -575,6 +575,7 @@ out:
 static atomic_ulong split_failures;
 
 unsigned long pd_rsa_split_failures(void) { return atomic_load(&split_failures); }
+unsigned long pd_split_failures(void) { return atomic_load(&split_failures); }
 
 /* split: -1 never, 0 when the key and helper call for it, 1 always (self test). */
 static int decrypt_raw(const struct pd_key *k, unsigned worker, const struct pd_helper *helper, int split,

@@ -349,6 +349,8 @@ def test_split_rsa_operations(world, tmp_path):
         stats = pdwire.parse_prometheus(c.stats())
         assert stats['pgpdecd_requests_total{status="OK"}'] == 60 + 60
         assert stats["pgpdecd_split_operations_total"] <= 120
+        # every split result held its check against the public key
+        assert stats["pgpdecd_split_failures_total"] == 0, stats
     finally:
         assert d.stop() == 0
 
