@@ -311,10 +311,14 @@ void pd_config_usage(void)
 	       "  -c, --config FILE                  INI config file (default none)\n");
 	for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
 		char left[80];
-		snprintf(left, sizeof(left), "%s%c%s --%s %s", opts[i].shortopt ? "-" : "  ",
-		         opts[i].shortopt ? opts[i].shortopt : ' ', opts[i].shortopt ? "," : " ",
-		         opts[i].name, opts[i].arg);
-		printf("  %-35s%s\n", left, opts[i].help);
+		if (opts[i].shortopt)
+			snprintf(left, sizeof(left), "-%c, --%s %s", opts[i].shortopt, opts[i].name, opts[i].arg);
+		else
+			snprintf(left, sizeof(left), "    --%s %s", opts[i].name, opts[i].arg);
+		if (strlen(left) < 34)
+			printf("  %-35s%s\n", left, opts[i].help);
+		else /* too wide for the column: the text on a line of its own */
+			printf("  %s\n  %-35s%s\n", left, "", opts[i].help);
 	}
 	printf("  -h, --help                         this text\n"
 	       "  -V, --version                      version\n\n"
