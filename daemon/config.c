@@ -33,7 +33,7 @@ static const struct opt opts[] = {
 	{ "passphrase-file", 0, T_STR, O(passphrase_file), "FILE", "first line unlocks protected keys" },
 	{ "workers", 'w', T_UINT, O(workers), "N", "decryption threads (default: one per CPU)" },
 	{ "rsa-backend", 0, T_STR, O(rsa_backend), "openssl|gcrypt", "RSA private-key backend" },
-	{ "secmem-size", 0, T_SIZE, O(secmem_size), "BYTES", "locked secure memory for keys (default 1M)" },
+	{ "secmem-size", 0, T_SIZE, O(secmem_size), "BYTES", "locked secure memory for keys (default 4M)" },
 	{ "log-level", 0, T_LEVEL, O(log_level), "LEVEL", "err, warning, notice, info (default), debug" },
 	{ "queue-length", 0, T_UINT, O(queue_length), "N", "decryptions in progress at once; more get RETRY (default 512)" },
 	{ "max-connections", 0, T_UINT, O(max_connections), "N", "open connections (default 1024)" },
@@ -73,7 +73,7 @@ static const struct opt opts[] = {
 
 static void set_defaults(struct pd_config *c)
 {
-	c->secmem_size = 1u << 20;
+	c->secmem_size = 4u << 20;
 	c->log_level = PD_LOG_INFO;
 	c->queue_length = 512;
 	c->max_connections = 1024;

@@ -31,7 +31,7 @@ struct pd_config {
 	char *passphrase_file;      /* first line unlocks protected keys */
 	unsigned workers;           /* 0 = one per CPU */
 	char *rsa_backend;          /* "default", "openssl", "gcrypt" */
-	size_t secmem_size;         /* libgcrypt secure memory bytes */
+	size_t secmem_size;         /* secure memory bytes, libgcrypt's and OpenSSL's each */
 	int log_level;
 
 	/* limits */

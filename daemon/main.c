@@ -261,7 +261,14 @@ int main(int argc, char **argv)
 	pd_log_set_level((enum pd_log_level)pd_d.cfg->log_level);
 	r = pd_lib_init(pd_d.cfg->secmem_size);
 	if (r < 0) {
-		pd_log_err("SYS", "crypto library initialisation failed: %s", pd_strerror(r));
+		struct rlimit rl;
+		if (r == -ENOMEM && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+		    rl.rlim_cur < pd_d.cfg->secmem_size)
+			pd_log_err("SYS", "cannot lock %zu KiB of secure memory (secmem-size): the locked-memory limit "
+			           "is %llu KiB; raise it (ulimit -l, LimitMEMLOCK=) or lower secmem-size",
+			           pd_d.cfg->secmem_size >> 10, (unsigned long long)rl.rlim_cur >> 10);
+		else
+			pd_log_err("SYS", "crypto library initialisation failed: %s", pd_strerror(r));
 		return 1;
 	}
 	r = pd_keyset_load(&pd_d.keys, pd_d.cfg, err, sizeof(err));
