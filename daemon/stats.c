@@ -95,6 +95,12 @@ char *pd_stats_render(size_t *ret_len)
 	    pd_d.pool ? (unsigned long long)pd_pool_helped(pd_d.pool) : 0ULL);
 	put(&b, "# HELP pgpdecd_split_failures_total Split operations redone on one thread: a result that failed its check, or no secure memory.\n"
 	        "# TYPE pgpdecd_split_failures_total counter\npgpdecd_split_failures_total %lu\n", pd_split_failures());
+	size_t heap_size, heap_used;
+	pd_secure_heap(&heap_size, &heap_used);
+	put(&b, "# HELP pgpdecd_secure_heap_bytes Size of the locked heap for RSA keys and split operations (secmem-size, rounded up to a power of two).\n"
+	        "# TYPE pgpdecd_secure_heap_bytes gauge\npgpdecd_secure_heap_bytes %zu\n", heap_size);
+	put(&b, "# HELP pgpdecd_secure_heap_used_bytes Bytes of it in use.\n"
+	        "# TYPE pgpdecd_secure_heap_used_bytes gauge\npgpdecd_secure_heap_used_bytes %zu\n", heap_used);
 	put(&b, "# HELP pgpdecd_connections Open connections.\n"
 	        "# TYPE pgpdecd_connections gauge\npgpdecd_connections %u\n", pd_d.n_sessions);
 	put(&b, "# HELP pgpdecd_connections_total Connections accepted.\n"

@@ -11,6 +11,16 @@
 
 #define DEFAULT_SECMEM (1u << 20)
 
+static size_t secure_heap_size;
+
+size_t pd__secure_heap_size(void) { return secure_heap_size; }
+
+void pd_secure_heap(size_t *ret_size, size_t *ret_used)
+{
+	*ret_size = secure_heap_size;
+	*ret_used = secure_heap_size ? CRYPTO_secure_used() : 0;
+}
+
 int pd_lib_init(size_t secmem_bytes)
 {
 	if (!secmem_bytes)
@@ -29,14 +39,14 @@ int pd_lib_init(size_t secmem_bytes)
 	size_t oss = 1;
 	while (oss < secmem_bytes)
 		oss <<= 1;
-	if (!CRYPTO_secure_malloc_initialized())
-		(void)CRYPTO_secure_malloc_init(oss, 16);
+	if (!CRYPTO_secure_malloc_initialized() && CRYPTO_secure_malloc_init(oss, 16))
+		secure_heap_size = oss;
 	return 0;
 }
 
 void pd_lib_deinit(void)
 {
 	gcry_control(GCRYCTL_TERM_SECMEM);
-	if (CRYPTO_secure_malloc_initialized())
-		CRYPTO_secure_malloc_done();
+	if (CRYPTO_secure_malloc_initialized() && CRYPTO_secure_malloc_done())
+		secure_heap_size = 0;
 }

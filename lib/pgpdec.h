@@ -65,6 +65,10 @@ PD_API const char *pd_errname(int err);
 PD_API int pd_lib_init(size_t secmem_bytes);
 /** Release what pd_lib_init() set up (wipes secure memory). */
 PD_API void pd_lib_deinit(void);
+/** OpenSSL's secure heap (the RSA keys of the OpenSSL backend and the state
+ * of split operations): its size as pd_lib_init set it up (0: none, such
+ * memory then comes from the normal heap) and the bytes in use. */
+PD_API void pd_secure_heap(size_t *ret_size, size_t *ret_used);
 
 /* --------------------------------------------------------------------- */
 /* Limits: every cost a sender chooses is capped. */

@@ -349,23 +349,44 @@ static atomic_int inject_fault; /* pd__rsa_inject_fault */
 
 void pd__rsa_inject_fault(int half) { atomic_store(&inject_fault, half); }
 
-/* m^e == x mod the prime of mont?  x is reduced already (reduce_mont), m <
- * n.  t is scratch from ctx's current frame. */
-static bool check_half(BIGNUM *t, const BIGNUM *m, const BIGNUM *x, const BIGNUM *e, BN_MONT_CTX *mont,
-                       BN_CTX *ctx)
+/* m^e == x mod the prime of mont?  0 if so, PD_EINTERNAL if not (a fault),
+ * -ENOMEM when the arithmetic could not allocate.  x is reduced already
+ * (reduce_mont), m < n.  t is scratch from ctx's current frame. */
+static int check_half(BIGNUM *t, const BIGNUM *m, const BIGNUM *x, const BIGNUM *e, BN_MONT_CTX *mont,
+                      BN_CTX *ctx)
 {
 	BN_CTX_start(ctx);
 	BIGNUM *b = BN_CTX_get(ctx);
-	bool ok = b && reduce_mont(b, m, mont, ctx) && BN_to_montgomery(b, b, mont, ctx) &&
-	     mont_pow_public(t, b, e, mont, ctx) && BN_from_montgomery(t, t, mont, ctx) && BN_cmp(t, x) == 0;
+	int r = -ENOMEM;
+	if (b && reduce_mont(b, m, mont, ctx) && BN_to_montgomery(b, b, mont, ctx) &&
+	    mont_pow_public(t, b, e, mont, ctx) && BN_from_montgomery(t, t, mont, ctx))
+		r = BN_cmp(t, x) == 0 ? 0 : PD_EINTERNAL;
 	if (b)
 		BN_clear(b);
 	BN_CTX_end(ctx);
-	return ok;
+	return r;
 }
 
+/* Room in OpenSSL's secure heap for one more worker's split state for a
+ * key of klen bytes (about 44 * klen: the blinding stock and the two
+ * BN_CTX pools), keeping half of the heap for everything else: the EVP
+ * path's own needs must never be starved by an optimisation. */
+static bool heap_has_room(size_t klen)
+{
+	size_t total = pd__secure_heap_size();
+	return !total || CRYPTO_secure_used() + 48 * klen <= total / 2;
+}
+
+/* A worker's slot in rsa_crtw once the split path ran out of (secure)
+ * memory there: its state is freed, so that the EVP path has the memory,
+ * and the worker uses EVP for this key from then on. */
+static struct crt_worker split_off_mark;
+#define SPLIT_OFF (&split_off_mark)
+
 /* out = c^d mod n on the CRT path, the q half through h when it has an idle
- * thread.  0, or PD_EINTERNAL/-ENOMEM (the caller then uses EVP). */
+ * thread.  0; PD_EINTERNAL when the result failed its check (a fault); or
+ * -ENOMEM, after which this worker does not split for this key again.  The
+ * caller then uses EVP. */
 static int decrypt_split(const struct pd_key *k, unsigned worker, const struct pd_helper *helper,
                          const uint8_t *cin, uint8_t *out, size_t klen)
 {
@@ -379,7 +400,10 @@ static int decrypt_split(const struct pd_key *k, unsigned worker, const struct p
 	if (worker < PD_MAX_WORKERS)
 		w = k->rsa_crtw[worker];
 	if (!w) {
-		w = crtw_new();
+		/* a one-off state (the self-test) is freed right after */
+		w = worker >= PD_MAX_WORKERS || heap_has_room(klen) ? crtw_new() : NULL;
+		if (!w && worker < PD_MAX_WORKERS)
+			((struct pd_key *)k)->rsa_crtw[worker] = SPLIT_OFF;
 		if (!w)
 			return -ENOMEM;
 		if (worker < PD_MAX_WORKERS) /* own slot: see pgp/key.h */
@@ -393,7 +417,7 @@ static int decrypt_split(const struct pd_key *k, unsigned worker, const struct p
 	BIGNUM *m1 = BN_CTX_get(ctx), *m2 = BN_CTX_get(ctx), *t = BN_CTX_get(ctx);
 	if (!t || !BN_bin2bn(cin, (int)klen, x))
 		goto out;
-	r = PD_EINTERNAL;
+	/* Every failure of the arithmetic below is one to allocate. */
 	/* x = c * r^e mod n: everything below sees only blinded values. */
 	if (!blinding_next(c, w, ctx) || !BN_mod_mul_montgomery(x, x, w->a_mont, c->mn, ctx) ||
 	    !reduce_mont(xp, x, c->mp, ctx) || !reduce_mont(xq, x, c->mq, ctx))
@@ -424,16 +448,25 @@ static int decrypt_split(const struct pd_key *k, unsigned worker, const struct p
 	 * public and the values are blinded; the arithmetic mod the secret
 	 * primes is the Montgomery multiplication and reduction that the
 	 * halves and reduce_mont use already. */
-	if (!check_half(t, m1, xp, c->e, c->mp, ctx) || !check_half(t, m1, xq, c->e, c->mq, ctx))
+	if ((r = check_half(t, m1, xp, c->e, c->mp, ctx)) != 0 || (r = check_half(t, m1, xq, c->e, c->mq, ctx)) != 0)
 		goto out;
+	r = -ENOMEM;
 	/* Unblind: m1 * r^-1 mod n. */
 	if (!BN_mod_mul_montgomery(m1, m1, w->ai_mont, c->mn, ctx) || BN_bn2binpad(m1, out, (int)klen) != (int)klen)
 		goto out;
 	r = 0;
 out:
-	BN_clear(m1); BN_clear(m2); BN_clear(t);
+	if (t) {
+		BN_clear(m1);
+		BN_clear(m2);
+		BN_clear(t);
+	}
 	BN_CTX_end(ctx);
 	crtw_free(tmp);
+	if (r == -ENOMEM && !tmp) {
+		crtw_free(w);
+		((struct pd_key *)k)->rsa_crtw[worker] = SPLIT_OFF;
+	}
 	return r;
 }
 
@@ -604,7 +637,9 @@ static int decrypt_raw(const struct pd_key *k, unsigned worker, const struct pd_
 	if (gcry_mpi_scan(&cm, GCRYMPI_FMT_USG, cp, klen, NULL) || gcry_mpi_cmp(cm, k->n) >= 0)
 		goto out;
 	const struct crt *crt = k->rsa_backend == PD_RSA_OPENSSL ? k->rsa_crt : NULL;
-	if (crt && (split > 0 || (split == 0 && helper && crt->split))) {
+	if (crt && split == 0 && worker < PD_MAX_WORKERS && k->rsa_crtw[worker] == SPLIT_OFF)
+		r = decrypt_openssl(k, worker, cp, out, klen);
+	else if (crt && (split > 0 || (split == 0 && helper && crt->split))) {
 		r = decrypt_split(k, worker, helper, cp, out, klen);
 		if (r)
 			atomic_fetch_add(&split_failures, 1);
@@ -719,7 +754,8 @@ void pd_rsa_cleanup(struct pd_key *k)
 	for (size_t i = 0; i < PD_MAX_WORKERS; i++) {
 		EVP_PKEY_CTX_free(k->rsa_ctx[i]);
 		k->rsa_ctx[i] = NULL;
-		crtw_free(k->rsa_crtw[i]);
+		if (k->rsa_crtw[i] != SPLIT_OFF)
+			crtw_free(k->rsa_crtw[i]);
 		k->rsa_crtw[i] = NULL;
 	}
 	crt_free(k->rsa_crt);

@@ -355,6 +355,42 @@ def test_split_rsa_operations(world, tmp_path):
         assert d.stop() == 0
 
 
+def test_split_out_of_secure_memory(tmp_path):
+    """A secure heap too small for the split path's per-worker state: the
+    split path takes no more than half of OpenSSL's secure heap, so that the
+    one-thread path always has its share.  With --secmem-size 32K and an
+    RSA-3072 key (its per-worker state wants about 18K, more than half the
+    heap) nothing splits, every plaintext stays byte-exact through the
+    one-thread path, pgpdecd_split_failures_total counts the refusals and the
+    log says so once (it repeats at most once a minute)."""
+    g = Gpg(str(tmp_path / "gnupg"))
+    try:
+        g.run("--passphrase", "", "--quick-gen-key", "big@example.org", "rsa3072", "encr", "never")
+        keys = tmp_path / "keys"
+        keys.mkdir()
+        g.export_secret("big@example.org", str(keys / "big.gpg"))
+        plains = [os.urandom(n) for n in (0, 1, 4096, 70000)]
+        msgs = [(pl, g.encrypt(pl, "big@example.org")) for pl in plains]
+    finally:
+        kill_gpg_agent(g.home)
+    d = Daemon(None, tmp_path, "--secmem-size", "32K", keydir=keys, env=dict(os.environ, PD_RSA_SPLIT="1"))
+    try:
+        c = d.client()
+        for i in range(12):
+            plain, msg = msgs[i % len(msgs)]
+            got, res, _ = c.decrypt(msg)
+            check_ok(got, res, plain)
+        stats = pdwire.parse_prometheus(c.stats())
+        assert stats['pgpdecd_requests_total{status="OK"}'] == 12
+        assert stats["pgpdecd_secure_heap_bytes"] == 32768
+        assert 0 < stats["pgpdecd_secure_heap_used_bytes"] < 16384, stats
+        assert stats["pgpdecd_split_operations_total"] == 0, stats
+        assert stats["pgpdecd_split_failures_total"] >= 1, stats
+        assert d.logtext().count("redone on one thread") == 1, d.logtext()[-2000:]
+    finally:
+        assert d.stop() == 0
+
+
 def test_slow_reader_bounded_rss(world, tmp_path):
     """A 200 MiB message to a client that reads slowly: the daemon's RSS stays bounded."""
     size = 200 << 20
