@@ -399,6 +399,8 @@ static int decrypt_split(const struct pd_key *k, unsigned worker, const struct p
 
 	if (worker < PD_MAX_WORKERS)
 		w = k->rsa_crtw[worker];
+	if (w == SPLIT_OFF) /* decrypt_raw does not come here then; never use the mark */
+		return -ENOMEM;
 	if (!w) {
 		/* a one-off state (the self-test) is freed right after */
 		w = worker >= PD_MAX_WORKERS || heap_has_room(klen) ? crtw_new() : NULL;
