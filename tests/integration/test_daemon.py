@@ -174,6 +174,16 @@ def check_ok(plain, res, expected):
     assert plain == expected
 
 
+def decrypt_in_turn(c, msgs, n):
+    """n requests one after another on client c, cycling through msgs
+    (plaintext, message) pairs, each checked byte-exact; the stats after."""
+    for i in range(n):
+        plain, msg = msgs[i % len(msgs)]
+        got, res, _ = c.decrypt(msg)
+        check_ok(got, res, plain)
+    return pdwire.parse_prometheus(c.stats())
+
+
 # --------------------------------------------------------------------------
 
 def test_ping_keys_stats(world, daemon):
@@ -337,11 +347,7 @@ def test_split_rsa_operations(world, tmp_path):
     try:
         msgs = [m for m in world["msgs"] if len(m[1]) < 100000]
         c = d.client()
-        for i in range(60):
-            plain, msg = msgs[i % len(msgs)]
-            got, res, _ = c.decrypt(msg)
-            check_ok(got, res, plain)
-        stats = pdwire.parse_prometheus(c.stats())
+        stats = decrypt_in_turn(c, msgs, 60)
         # One request at a time leaves the second worker idle: it takes
         # the q half unless the first finishes both before it wakes up.
         assert 0 < stats["pgpdecd_split_operations_total"] <= 60, stats
@@ -376,11 +382,7 @@ def test_split_out_of_secure_memory(tmp_path):
     d = Daemon(None, tmp_path, "--secmem-size", "32K", keydir=keys, env=dict(os.environ, PD_RSA_SPLIT="1"))
     try:
         c = d.client()
-        for i in range(12):
-            plain, msg = msgs[i % len(msgs)]
-            got, res, _ = c.decrypt(msg)
-            check_ok(got, res, plain)
-        stats = pdwire.parse_prometheus(c.stats())
+        stats = decrypt_in_turn(c, msgs, 12)
         assert stats['pgpdecd_requests_total{status="OK"}'] == 12
         assert stats["pgpdecd_secure_heap_bytes"] == 32768
         assert 0 < stats["pgpdecd_secure_heap_used_bytes"] < 16384, stats
