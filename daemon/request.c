@@ -348,8 +348,10 @@ static void warn_split_failures(void)
 	static unsigned long seen;
 	static uint64_t said_ms;
 	unsigned long n = pd_split_failures();
+	if (n == seen)
+		return;
 	uint64_t now = uv_now(pd_d.loop);
-	if (n == seen || (said_ms && now - said_ms < 60000))
+	if (said_ms && now - said_ms < 60000)
 		return;
 	pd_log_warn("POOL", "%lu split RSA operation%s redone on one thread since the start: a result failed its check "
 	            "against the public key (a hardware fault?) or the secure heap is too small (secmem-size)",

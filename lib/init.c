@@ -13,8 +13,6 @@
 
 static size_t secure_heap_size;
 
-size_t pd__secure_heap_size(void) { return secure_heap_size; }
-
 void pd_secure_heap(size_t *ret_size, size_t *ret_used)
 {
 	*ret_size = secure_heap_size;

@@ -73,7 +73,4 @@ PD_HIDDEN int pd_fail(char *buf, size_t len, int err, const char *fmt, ...)
 PD_HIDDEN void pd_hex(char *out, const uint8_t *in, size_t n);
 
 /** Test hook: use a known session key (as `gpg --show-session-key` prints). */
-/* Size of OpenSSL's secure heap as pd_lib_init set it up; 0 when there is
- * none (OpenSSL then allocates "secure" memory from the normal heap). */
-PD_HIDDEN size_t pd__secure_heap_size(void);
 PD_HIDDEN int pd__msg_set_session_key(struct pd_msg *m, uint8_t algo, const uint8_t *key, size_t len);

@@ -176,7 +176,7 @@ struct pd_helper {
  * then run the two halves in parallel when start() finds an idle thread. */
 PD_API void pd_worker_set_helper(struct pd_worker *w, const struct pd_helper *h);
 /** Split operations that failed and were redone on one thread, since the
- * start: 0 in a healthy process.  A rise means the check of a result
+ * start: 0 in a healthy process (the tests assert it).  A rise means the check of a result
  * against the public key failed (a hardware fault) or the secure heap
  * (pd_lib_init's secmem_bytes) is too small for the split path's state. */
 PD_API unsigned long pd_split_failures(void);

@@ -368,13 +368,15 @@ static int check_half(BIGNUM *t, const BIGNUM *m, const BIGNUM *x, const BIGNUM 
 }
 
 /* Room in OpenSSL's secure heap for one more worker's split state for a
- * key of klen bytes (about 44 * klen: the blinding stock and the two
- * BN_CTX pools), keeping half of the heap for everything else: the EVP
+ * key of klen bytes (44 * klen measured for RSA-2048: the blinding stock
+ * and the two BN_CTX pools; 48 with a margin), keeping half of the heap for
+ * everything else: the EVP
  * path's own needs must never be starved by an optimisation. */
 static bool heap_has_room(size_t klen)
 {
-	size_t total = pd__secure_heap_size();
-	return !total || CRYPTO_secure_used() + 48 * klen <= total / 2;
+	size_t total, used;
+	pd_secure_heap(&total, &used);
+	return !total || used + 48 * klen <= total / 2;
 }
 
 /* A worker's slot in rsa_crtw once the split path ran out of (secure)
@@ -609,7 +611,6 @@ out:
 
 static atomic_ulong split_failures;
 
-unsigned long pd_rsa_split_failures(void) { return atomic_load(&split_failures); }
 unsigned long pd_split_failures(void) { return atomic_load(&split_failures); }
 
 /* split: -1 never, 0 when the key and helper call for it, 1 always (self test). */

@@ -26,10 +26,6 @@ PD_HIDDEN void pd_rsa_cleanup(struct pd_key *k);
  * NULL) lets a large key's CRT halves run on two threads (see rsa.c). */
 PD_HIDDEN int pd_rsa_decrypt_raw(const struct pd_key *k, unsigned worker, const struct pd_helper *helper,
                                  const uint8_t *c, size_t clen, uint8_t *out, size_t klen);
-/** Split operations that failed and were redone on the EVP path since the
- * start (a fault check that did not hold, or no memory); 0 in a healthy
- * process: the tests assert it. */
-PD_HIDDEN unsigned long pd_rsa_split_failures(void);
 /** Tests only: the next split operation adds 1 to the result of its p half
  * (half 1) or q half (half 2) before recombination, as a hardware fault
  * would; the fault check must catch it.  0 disarms. */

@@ -373,7 +373,7 @@ static void test_split(void **state)
 		pthread_cond_broadcast(&h.cond);
 		pthread_mutex_unlock(&h.lock);
 		pthread_join(h.th, NULL);
-		assert_int_equal(pd_rsa_split_failures(), 0); /* no result came from the EVP fallback */
+		assert_int_equal(pd_split_failures(), 0); /* no result came from the EVP fallback */
 		assert_int_equal(h.starts, OPS);
 		assert_int_equal(h.accepted, mode == 1 ? 0 : OPS);
 		assert_int_equal(h.remote, mode == 0 ? OPS : 0);
@@ -398,20 +398,20 @@ static void test_split(void **state)
 		assert_int_equal(pd_rsa_decrypt_raw(k, 5, &none, cb, cl, out, klen), 0);
 		assert_memory_equal(out, want, klen);
 	}
-	assert_int_equal(pd_rsa_split_failures(), 0);
+	assert_int_equal(pd_split_failures(), 0);
 	for (int half = 1; half <= 2; half++) {
 		uint8_t cb[512], want[512], out[512];
 		size_t cl;
-		unsigned long before = pd_rsa_split_failures();
+		unsigned long before = pd_split_failures();
 		random_pair(k, 100 + half, cb, &cl, want, klen);
 		pd__rsa_inject_fault(half);
 		assert_int_equal(pd_rsa_decrypt_raw(k, 3, &none, cb, cl, out, klen), 0);
 		assert_memory_equal(out, want, klen);
-		assert_int_equal(pd_rsa_split_failures(), before + 1);
+		assert_int_equal(pd_split_failures(), before + 1);
 		/* the injection was used up: the next operation splits cleanly */
 		assert_int_equal(pd_rsa_decrypt_raw(k, 3, &none, cb, cl, out, klen), 0);
 		assert_memory_equal(out, want, klen);
-		assert_int_equal(pd_rsa_split_failures(), before + 1);
+		assert_int_equal(pd_split_failures(), before + 1);
 	}
 	pd_keyring_free(kr);
 
