@@ -189,7 +189,6 @@ struct crt_worker {             /* per worker per key */
 	unsigned n_stock;
 };
 
-
 static void crt_free(struct crt *c)
 {
 	if (!c)
@@ -370,8 +369,8 @@ static int check_half(BIGNUM *t, const BIGNUM *m, const BIGNUM *x, const BIGNUM 
 /* Room in OpenSSL's secure heap for one more worker's split state for a
  * key of klen bytes (44 * klen measured for RSA-2048: the blinding stock
  * and the two BN_CTX pools; 48 with a margin), keeping half of the heap for
- * everything else: the EVP
- * path's own needs must never be starved by an optimisation. */
+ * everything else: the EVP path's own needs must never be starved by an
+ * optimisation. */
 static bool heap_has_room(size_t klen)
 {
 	size_t total, used;
@@ -384,6 +383,19 @@ static bool heap_has_room(size_t klen)
  * and the worker uses EVP for this key from then on. */
 static struct crt_worker split_off_mark;
 #define SPLIT_OFF (&split_off_mark)
+
+static bool is_split_off(const struct pd_key *k, unsigned worker)
+{
+	return worker < PD_MAX_WORKERS && k->rsa_crtw[worker] == SPLIT_OFF;
+}
+
+/* Worker slot `worker` (< PD_MAX_WORKERS) stops splitting for key k; its
+ * state w (may be NULL) is freed. */
+static void split_off(const struct pd_key *k, unsigned worker, struct crt_worker *w)
+{
+	crtw_free(w);
+	((struct pd_key *)k)->rsa_crtw[worker] = SPLIT_OFF; /* own slot: see pgp/key.h */
+}
 
 /* out = c^d mod n on the CRT path, the q half through h when it has an idle
  * thread.  0; PD_EINTERNAL when the result failed its check (a fault); or
@@ -399,17 +411,18 @@ static int decrypt_split(const struct pd_key *k, unsigned worker, const struct p
 	bool started = false;
 	int r = -ENOMEM;
 
+	if (is_split_off(k, worker)) /* decrypt_raw does not come here then; never use the mark */
+		return -ENOMEM;
 	if (worker < PD_MAX_WORKERS)
 		w = k->rsa_crtw[worker];
-	if (w == SPLIT_OFF) /* decrypt_raw does not come here then; never use the mark */
-		return -ENOMEM;
 	if (!w) {
 		/* a one-off state (the self-test) is freed right after */
 		w = worker >= PD_MAX_WORKERS || heap_has_room(klen) ? crtw_new() : NULL;
-		if (!w && worker < PD_MAX_WORKERS)
-			((struct pd_key *)k)->rsa_crtw[worker] = SPLIT_OFF;
-		if (!w)
+		if (!w) {
+			if (worker < PD_MAX_WORKERS)
+				split_off(k, worker, NULL);
 			return -ENOMEM;
+		}
 		if (worker < PD_MAX_WORKERS) /* own slot: see pgp/key.h */
 			((struct pd_key *)k)->rsa_crtw[worker] = w;
 		else
@@ -467,10 +480,8 @@ out:
 	}
 	BN_CTX_end(ctx);
 	crtw_free(tmp);
-	if (r == -ENOMEM && !tmp) {
-		crtw_free(w);
-		((struct pd_key *)k)->rsa_crtw[worker] = SPLIT_OFF;
-	}
+	if (r == -ENOMEM && !tmp)
+		split_off(k, worker, w);
 	return r;
 }
 
@@ -640,9 +651,7 @@ static int decrypt_raw(const struct pd_key *k, unsigned worker, const struct pd_
 	if (gcry_mpi_scan(&cm, GCRYMPI_FMT_USG, cp, klen, NULL) || gcry_mpi_cmp(cm, k->n) >= 0)
 		goto out;
 	const struct crt *crt = k->rsa_backend == PD_RSA_OPENSSL ? k->rsa_crt : NULL;
-	if (crt && split == 0 && worker < PD_MAX_WORKERS && k->rsa_crtw[worker] == SPLIT_OFF)
-		r = decrypt_openssl(k, worker, cp, out, klen);
-	else if (crt && (split > 0 || (split == 0 && helper && crt->split))) {
+	if (crt && !is_split_off(k, worker) && (split > 0 || (split == 0 && helper && crt->split))) {
 		r = decrypt_split(k, worker, helper, cp, out, klen);
 		if (r)
 			atomic_fetch_add(&split_failures, 1);
