@@ -387,7 +387,8 @@ def test_split_out_of_secure_memory(tmp_path):
         assert stats["pgpdecd_secure_heap_bytes"] == 32768
         assert 0 < stats["pgpdecd_secure_heap_used_bytes"] < 16384, stats
         assert stats["pgpdecd_split_operations_total"] == 0, stats
-        assert stats["pgpdecd_split_failures_total"] >= 1, stats
+        # once per worker: a worker that ran out stops trying for this key
+        assert 1 <= stats["pgpdecd_split_failures_total"] <= 2, stats
         assert d.logtext().count("redone on one thread") == 1, d.logtext()[-2000:]
     finally:
         assert d.stop() == 0
