@@ -67,7 +67,8 @@ static void usage(FILE *f)
 	      "  --max-depth N          limit on compressed-packet nesting\n"
 	      "  --max-argon2-kib N     cap on the Argon2 memory of password-encrypted messages\n"
 	      "  --info                 print the message metadata as one JSON object on stderr\n"
-	      "  -o, --output OUT       write the plaintext to OUT (created only on success)\n"
+	      "  -o, --output OUT       write the plaintext to OUT (mode 0600, renamed into\n"
+	      "                         place from a temporary file only on success)\n"
 	      "  --bench                decrypt IN repeatedly for >= 2 s and print MB/s\n"
 	      "  --bench-seconds S      duration of --bench (default 2)\n"
 	      "  -h, --help             this text\n"
@@ -247,6 +248,42 @@ static void print_info(const struct pd_msginfo *mi, const char *result)
 	fprintf(f, "],\"n_signatures\":%zu,\"integrity\":\"%s\"", mi->n_signatures,
 	        integrity_name(mi->integrity));
 	fprintf(f, ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 "}\n", mi->bytes_in, mi->bytes_out);
+}
+
+/* ---- the output file -------------------------------------------------- */
+
+/* Plaintext is provisional until the verdict, so -o OUT writes a new file
+ * next to OUT and renames it into place only on success.  mkostemp creates
+ * it with O_EXCL and mode 0600 under a name nobody can guess: a symlink or
+ * file planted beforehand is never written through, and OUT's mode never
+ * comes from a file that was there before.  An OUT that exists and is not a
+ * regular file (/dev/null, a FIFO) is written directly, as stdout would be.
+ * *ret_tmp is the temporary path, or NULL when writing directly. */
+static int open_output(const char *out, int *ret_fd, char **ret_tmp)
+{
+	struct stat st;
+	char *tmp;
+	int fd;
+
+	if (stat(out, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+		fd = open(out, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		*ret_fd = fd;
+		*ret_tmp = NULL;
+		return 0;
+	}
+	if (asprintf(&tmp, "%s.pd-tmp.XXXXXX", out) < 0)
+		return -ENOMEM;
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		int r = -errno;
+		free(tmp);
+		return r;
+	}
+	*ret_fd = fd;
+	*ret_tmp = tmp;
+	return 0;
 }
 
 /* ---- the decryption loop ---------------------------------------------- */
@@ -678,19 +715,10 @@ int main(int argc, char **argv)
 		in_fd = STDIN_FILENO;
 	}
 	if (o.out && strcmp(o.out, "-")) {
-		/* Plaintext is provisional until the verdict: write a temporary
-		 * file and rename it only on success. */
-		if (asprintf(&tmp, "%s.pd-tmp.%ld", o.out, (long)getpid()) < 0) {
-			tmp = NULL;
-			rc = fail(-ENOMEM, NULL);
-			goto out;
-		}
-		out_fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-		if (out_fd < 0) {
-			r = -errno;
-			snprintf(detail, sizeof detail, "%s: %s", tmp, strerror(errno));
-			free(tmp);
-			tmp = NULL;
+		r = open_output(o.out, &out_fd, &tmp);
+		if (r < 0) {
+			snprintf(detail, sizeof detail, "%s: cannot create the output: %s", o.out,
+			         strerror(-r));
 			rc = fail(r, detail);
 			goto out;
 		}
