@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -27,6 +28,9 @@
 
 static const char *prog = "pgpdecd-client";
 static int verbose;
+
+struct job;
+static void remove_tmp_files(void);
 
 static void usage_text(FILE *f)
 {
@@ -71,7 +75,9 @@ static void usage_text(FILE *f)
 "                           same directory (mode 0600) and renamed to PATH only\n"
 "                           when the daemon reported success with the integrity\n"
 "                           verified; otherwise it is removed and PATH is left\n"
-"                           untouched.  If PATH is an existing directory, each\n"
+"                           untouched.  On SIGINT, SIGTERM or SIGHUP it is\n"
+"                           removed too, and the client dies of the signal.\n"
+"                           If PATH is an existing directory, each\n"
 "                           FILE's plaintext goes to PATH/NAME, where NAME is\n"
 "                           FILE's base name without a .gpg, .pgp or .asc\n"
 "                           suffix (with .out appended if it had none).\n"
@@ -138,6 +144,7 @@ static void die(int code, const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
 	va_end(ap);
+	remove_tmp_files();
 	exit(code);
 }
 
@@ -186,11 +193,49 @@ struct job {
 	int in_fd;
 	int out_fd;
 	char *tmp_path, *final_path;
+	volatile sig_atomic_t tmp_live; /* tmp_path exists: the signal handler removes it */
 	int exit_code;          /* local failure before the request, or the outcome */
 	int write_err;          /* writing the plaintext failed (-errno) */
 	bool done;
 	struct pdc_result res;
 };
+
+/* The jobs whose temporary files a fatal signal must not leave behind. */
+static struct job *volatile live_jobs;
+static volatile sig_atomic_t n_live_jobs;
+
+/* Async-signal-safe: unlink(2) only. */
+static void remove_tmp_files(void)
+{
+	struct job *jobs = live_jobs;
+	for (sig_atomic_t i = 0; jobs && i < n_live_jobs; i++)
+		if (jobs[i].tmp_live)
+			(void)unlink(jobs[i].tmp_path);
+}
+
+/* SIGINT, SIGTERM, SIGHUP: remove the temporary files, then die of the
+ * signal, so that the caller sees why (a shell reports 128+N). */
+static void on_fatal_signal(int sig)
+{
+	remove_tmp_files();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void catch_fatal_signals(void)
+{
+	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
+	struct sigaction sa = { .sa_handler = on_fatal_signal };
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		sigaddset(&sa.sa_mask, sigs[i]);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+		struct sigaction old;
+		/* An ignored signal (nohup, a parent's choice) stays ignored. */
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			(void)sigaction(sigs[i], &sa, NULL);
+	}
+}
 
 static int job_data(void *arg, const uint8_t *p, size_t n)
 {
@@ -263,19 +308,28 @@ static char *output_name(const char *dir, const char *in)
 static int open_tmp(struct job *j)
 {
 	char *copy = strdup(j->final_path);
-	if (!copy)
+	char *b0 = strdup(j->final_path);
+	if (!copy || !b0)
 		die(EX_OSERR, "out of memory");
 	char *d = dirname(copy);
-	char *b0 = strdup(j->final_path);
 	char *b = basename(b0);
 	if (asprintf(&j->tmp_path, "%s/.%s.pgpdecd-XXXXXX", d, b) < 0)
 		die(EX_OSERR, "out of memory");
 	free(copy);
 	free(b0);
-	int fd = mkostemp(j->tmp_path, O_CLOEXEC);
+	/* No fatal signal between creating the file and marking it live. */
+	sigset_t fatal, old;
+	sigemptyset(&fatal);
+	sigaddset(&fatal, SIGINT);
+	sigaddset(&fatal, SIGTERM);
+	sigaddset(&fatal, SIGHUP);
+	sigprocmask(SIG_BLOCK, &fatal, &old);
+	int fd = mkostemp(j->tmp_path, O_CLOEXEC), err = errno;
+	j->tmp_live = fd >= 0;
+	sigprocmask(SIG_SETMASK, &old, NULL);
 	if (fd < 0) {
 		fprintf(stderr, "%s: %s: cannot create a temporary file for %s: %s\n", prog, j->name, j->final_path,
-		        strerror(errno));
+		        strerror(err));
 		free(j->tmp_path);
 		j->tmp_path = NULL;
 		return -1;
@@ -284,11 +338,24 @@ static int open_tmp(struct job *j)
 	return 0;
 }
 
+/* The request failed before it was sent: its temporary file goes. */
+static void discard_tmp(struct job *j)
+{
+	if (!j->tmp_path)
+		return;
+	close(j->out_fd);
+	j->out_fd = -1;
+	unlink(j->tmp_path);
+	j->tmp_live = 0;
+}
+
 static int finish_job(struct job *j)
 {
 	int code;
-	if (j->exit_code)
+	if (j->exit_code) {
+		discard_tmp(j);
 		return j->exit_code;
+	}
 	const struct pdc_result *r = &j->res;
 	if (r->err == 0 && r->status == PDC_OK && r->integrity != PDC_INTEGRITY_MDC && r->integrity != PDC_INTEGRITY_AEAD) {
 		j->res.status = 15;
@@ -317,6 +384,7 @@ static int finish_job(struct job *j)
 		}
 		if (code != 0)
 			unlink(j->tmp_path);
+		j->tmp_live = 0; /* only now: a signal before this unlinks a name that may be gone */
 	}
 	if (code == EX_IOERR || code == EX_CANTCREAT)
 		j->res.err = -EIO; /* reported as a local failure */
@@ -391,6 +459,9 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 	struct job *jobs = calloc((size_t)nfiles, sizeof(*jobs));
 	if (!jobs)
 		die(EX_OSERR, "out of memory");
+	live_jobs = jobs;
+	n_live_jobs = nfiles;
+	catch_fatal_signals();
 	for (int i = 0; i < nfiles; i++) {
 		bool is_stdin = strcmp(files[i], "-") == 0;
 		if (to_dir && is_stdin)
@@ -451,8 +522,11 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 		if (j->in_fd > STDIN_FILENO)
 			close(j->in_fd);
 		free(j->tmp_path);
+		j->tmp_path = NULL;
 		free(j->final_path);
 	}
+	live_jobs = NULL;
+	n_live_jobs = 0;
 	free(jobs);
 	return code;
 }

@@ -479,33 +479,41 @@ def daemon(tmp_path_factory):
     keys = base / "keys"
     keys.mkdir()
     (keys / "held.gpg").write_bytes(gpg(home, "--export-secret-keys", "held@example.org"))
-    sock = str(base / "pgpdecd.sock")
-    log = open(base / "pgpdecd.log", "wb")
-    p = subprocess.Popen([DAEMON, "--listen", "unix:" + sock, "--keydir", str(keys), "--workers", "2"],
-                         stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(200):
-        if os.path.exists(sock) or p.poll() is not None:
-            break
-        time.sleep(0.05)
-    if not os.path.exists(sock):
-        p.kill()
-        pytest.fail("pgpdecd did not start: " + open(base / "pgpdecd.log").read())
+    p, sock = start_daemon(base, keys, "pgpdecd")
 
     lines = gpg(home, "--with-colons", "--list-keys", "held@example.org").decode().splitlines()
     enc = [lines[i + 1].split(":")[9] for i, ln in enumerate(lines) if ln.startswith("sub")]
 
     def enc_to(data, uid="held@example.org", *extra):
         return gpg(home, "--encrypt", "-r", uid, "--compress-level", "0", *extra, input=data)
-    yield {"sock": sock, "enc": enc_to, "subkeys": enc, "base": base, "proc": p}
+    yield {"sock": sock, "enc": enc_to, "subkeys": enc, "base": base, "proc": p, "keys": keys}
+    stop_daemon(p, base, "pgpdecd")
+    kill_gpg_agent(home)
+
+
+def start_daemon(base, keys, name, *extra):
+    sock = str(base / f"{name}.sock")
+    with open(base / f"{name}.log", "wb") as log:
+        p = subprocess.Popen([DAEMON, "--listen", "unix:" + sock, "--keydir", str(keys), "--workers", "2",
+                              *extra], stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(200):
+        if os.path.exists(sock) or p.poll() is not None:
+            break
+        time.sleep(0.05)
+    if not os.path.exists(sock):
+        p.kill()
+        pytest.fail("pgpdecd did not start: " + open(base / f"{name}.log").read())
+    return p, sock
+
+
+def stop_daemon(p, base, name):
     p.send_signal(15)
     try:
         rc = p.wait(60)
     except subprocess.TimeoutExpired:
         p.kill()
         rc = "hung on SIGTERM"
-    log.close()
-    kill_gpg_agent(home)
-    text = open(base / "pgpdecd.log", errors="replace").read()
+    text = open(base / f"{name}.log", errors="replace").read()
     # The client's misbehaviour must never hurt the daemon (ASan builds report here).
     assert "Sanitizer" not in text and "runtime error" not in text, text[-3000:]
     assert rc == 0, f"pgpdecd exit {rc}: {text[-2000:]}"
@@ -588,3 +596,55 @@ def test_real_bench(daemon, tmp_path):
     j = json.loads(r.stdout)
     assert j["ok"] == 200 and j["failed"] == 0
     assert j["latency_ms"]["p50"] <= j["latency_ms"]["p99"] <= j["latency_ms"]["max"]
+
+
+def wait_for(pred, timeout=30):
+    t0 = time.monotonic()
+    while not pred():
+        assert time.monotonic() - t0 < timeout, "timed out waiting"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("sig", [15, 2])
+def test_real_signal_removes_temporary_file(daemon, tmp_path, sig):
+    # Killed mid-transfer: the temporary file goes, the client dies of the signal.
+    ct = daemon["enc"](os.urandom(1 << 20) * 4)
+    out = tmp_path / "plain"
+    p = subprocess.Popen([CLIENT, "--socket", daemon["sock"], "-o", str(out)], stdin=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p.stdin.write(ct[:len(ct) // 2])
+    p.stdin.flush()
+    # Plaintext has reached the temporary file: the transfer is under way.
+    wait_for(lambda: any(f.stat().st_size > 0 for f in tmp_path.iterdir()))
+    p.send_signal(sig)
+    p.stdin.close()
+    assert p.wait(30) == -sig, p.stderr.read()
+    p.stderr.close()
+    assert os.listdir(tmp_path) == []
+
+
+def test_real_refused_submit_removes_temporary_file(daemon, tmp_path):
+    # The daemon has closed the idle connection by the time the input (a FIFO
+    # opened late) is readable: submitting fails, the temporary file goes.
+    base = daemon["base"]
+    p, sock = start_daemon(base, daemon["keys"], "idle", "--idle-timeout", "200ms")
+    try:
+        fifo = tmp_path / "in.gpg"
+        os.mkfifo(fifo)
+        outdir = tmp_path / "out"
+        outdir.mkdir()
+        c = subprocess.Popen([CLIENT, "--socket", sock, "-o", str(outdir / "plain"), str(fifo)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(1.0)  # five idle timeouts
+        try:
+            with open(fifo, "wb") as f:
+                f.write(daemon["enc"](b"late\n"))
+        except BrokenPipeError:
+            pass  # the client gave up as soon as it could not submit
+        assert c.wait(30) == 75
+        err = c.stderr.read().decode()
+        c.stderr.close()
+        assert err.startswith("pgpdecd-client: "), err
+        assert os.listdir(outdir) == [], err
+    finally:
+        stop_daemon(p, base, "idle")
