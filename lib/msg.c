@@ -16,8 +16,17 @@
  * (ESKs, one-pass signatures, signature heads) capped in size.
  *
  * Errors from the inner layers of a SEIPD v1 or SED container arrive before
- * the MDC could be checked: they are reported as integrity failures, since
- * the octets they complain about are unauthenticated.
+ * the MDC could be checked, about octets nobody has authenticated: an
+ * attacker who replays a captured message with chosen CFB blocks would read
+ * the plaintext back from them.  So nothing observable may depend on them.
+ * Such an error is deferred (defer()): the inner layers are dropped, the
+ * container is decrypted and hashed to its end as if nothing had happened,
+ * and then the MDC decides: a mismatch (always, for a forged message) gives
+ * PD_EINTEGRITY with the one fixed sentence INTEGRITY_SENTENCE, a match the
+ * real error.  SED never authenticates: its deferred errors are always the
+ * fixed integrity failure.  On any failure the message information is
+ * scrubbed of everything the decrypted octets or the key trials decided
+ * (scrub_info()), so a failed result tells no more than the request held.
  */
 #include <gcrypt.h>
 
@@ -34,6 +43,14 @@
 #define COLL_MAX 8192      /* largest ESK / one-pass / signature head collected */
 #define LAYERS_MAX 16      /* hard ceiling, whatever the configured depth */
 #define CHDR_MAX 64        /* container header (version + AEAD parameters) */
+
+/* The one sentence of a SEIPD v1 / SED integrity failure, whatever the
+ * unauthenticated octets held (see the top of this file). */
+#define INTEGRITY_SENTENCE "integrity check failed: the message was modified, or the session key is wrong"
+
+/* Internal: an error inside unauthenticated data was deferred.  Unwinds to
+ * pd_msg_step(), which drops the inner layers; never returned by the API. */
+#define PD_EDEFER (-4099)
 
 /* Buffers start at BUF_MIN and double up to BUF_SIZE only when a producer
  * fills all the room it is given, i.e. for bulk data: a 4 KiB message
@@ -54,6 +71,7 @@ enum lstate {
 	L_NEED_KEY,     /* layer 0: container header read, waiting for the session key */
 	L_XFORM,        /* feeding the body through a transform into the child layer */
 	L_XFORM_DONE,   /* transform finished, the child layer still parsing */
+	L_DRAIN,        /* layer 1 after a deferred error: discard until the MDC decides */
 };
 
 enum coll_kind { C_PKESK, C_SKESK, C_CONTAINER, C_LITHDR, C_OPS, C_SIG, C_COMPRESSED };
@@ -93,6 +111,8 @@ struct pd_msg {
 	struct pd_msginfo info;
 	char detail[512];
 	int err;
+	int deferred;          /* error met in unauthenticated data, reported after the MDC */
+	char deferred_detail[512];
 	bool done;
 	bool input_closed;
 	int mode;              /* -1 unknown, 0 binary, 1 armored */
@@ -220,6 +240,43 @@ static void buf_deinit(struct buf *b)
 /* ------------------------------------------------------------------ */
 /* errors */
 
+/* A failed message tells nothing the request did not hold: clear what the
+ * decrypted octets (literal, compression, signatures, plaintext length)
+ * and the key trials (which key, its algorithm, the session key's cipher
+ * for CFB containers) decided.  What stays came from the ciphertext's
+ * outer packets: armor, container and AEAD header, recipients, SKESK count,
+ * octets in. */
+static void scrub_info(struct pd_msg *m)
+{
+	struct pd_msginfo *i = &m->info;
+	bool aead = i->container == 20 || (i->container == 18 && i->container_version == 2);
+
+	i->pk_algo = 0;
+	i->key_fpr_len = 0;
+	memset(i->key_fpr, 0, sizeof(i->key_fpr));
+	if (!aead)
+		i->sym_algo = 0; /* from the (unauthenticated) session key */
+	i->n_compression = 0;
+	memset(i->compression, 0, sizeof(i->compression));
+	i->has_literal = false;
+	i->literal_format = 0;
+	i->literal_name_len = 0;
+	memset(i->literal_name, 0, sizeof(i->literal_name));
+	i->literal_date = 0;
+	i->n_issuers = 0;
+	memset(i->issuers, 0, sizeof(i->issuers));
+	i->n_signatures = 0;
+	i->integrity = PD_INTEGRITY_NONE;
+	i->bytes_out = 0;
+}
+
+static void vfail(struct pd_msg *m, int err, const char *fmt, va_list ap)
+{
+	vsnprintf(m->detail, sizeof(m->detail), fmt, ap);
+	m->err = err;
+	scrub_info(m);
+}
+
 __attribute__((format(printf, 3, 4)))
 static int fail(struct pd_msg *m, int err, const char *fmt, ...)
 {
@@ -227,22 +284,50 @@ static int fail(struct pd_msg *m, int err, const char *fmt, ...)
 		return m->err;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(m->detail, sizeof(m->detail), fmt, ap);
+	vfail(m, err, fmt, ap);
 	va_end(ap);
-	m->err = err;
 	return err;
 }
 
-/* Inside SEIPD v1 / SED everything is unauthenticated until the MDC: a
- * parse or decompression error there is reported as an integrity failure. */
+/* Are the octets of layer li unauthenticated?  Layers >= 1 of a SEIPD v1
+ * container until its MDC verified, of a SED container always. */
+static bool unauthenticated(const struct pd_msg *m, size_t li)
+{
+	if (li < 1 || m->layers[0].xk != X_CFB)
+		return false;
+	return !m->container_done || m->info.container == 9;
+}
+
+/* An error about the octets of layer li.  Unauthenticated: deferred while
+ * the container still runs (the first one is kept), the fixed integrity
+ * failure once it ended (SED); otherwise reported at once. */
+__attribute__((format(printf, 4, 5)))
+static int fail_at(struct pd_msg *m, size_t li, int err, const char *fmt, ...)
+{
+	if (m->err)
+		return m->err;
+	va_list ap;
+	va_start(ap, fmt);
+	if (!unauthenticated(m, li)) {
+		vfail(m, err, fmt, ap);
+	} else if (m->container_done) {
+		err = fail(m, PD_EINTEGRITY, INTEGRITY_SENTENCE);
+	} else {
+		if (!m->deferred) {
+			m->deferred = err;
+			vsnprintf(m->deferred_detail, sizeof(m->deferred_detail), fmt, ap);
+		}
+		err = PD_EDEFER;
+	}
+	va_end(ap);
+	return err;
+}
+
+/* A parse error in layer li's packet stream, with where it happened. */
 static int fail_inner(struct pd_msg *m, size_t li, int err, const char *what)
 {
-	if (li >= 1 && !m->container_done && !m->aead &&
-	    (err == PD_EMALFORMED || err == PD_ETRUNCATED || err == PD_EINTEGRITY))
-		return fail(m, PD_EINTEGRITY, "integrity check failed: %s in unauthenticated decrypted data "
-		            "(layer %zu, offset %llu)", what, li, (unsigned long long)m->layers[li].pkt_off);
-	return fail(m, err, "%s: %s (layer %zu, offset %llu)", pd_strerror(err), what, li,
-	            (unsigned long long)m->layers[li].pkt_off);
+	return fail_at(m, li, err, "%s: %s (layer %zu, offset %llu)", pd_strerror(err), what, li,
+	               (unsigned long long)m->layers[li].pkt_off);
 }
 
 /* ------------------------------------------------------------------ */
@@ -325,7 +410,7 @@ static int parse_header(struct pd_msg *m, size_t li)
 	if ((partial || indet) && !may_be_partial(tag))
 		return fail_inner(m, li, PD_EMALFORMED, "partial or indeterminate length on a packet that must not have one");
 	if (++m->npackets > m->lim.max_packets)
-		return fail(m, PD_ELIMIT, "limit exceeded: more than %u packets", m->lim.max_packets);
+		return fail_at(m, li, PD_ELIMIT, "limit exceeded: more than %u packets", m->lim.max_packets);
 	buf_consume(L->in, hlen);
 	L->off += hlen;
 	L->tag = tag;
@@ -367,7 +452,8 @@ static int body_peek(struct pd_msg *m, size_t li, const uint8_t **p, size_t *n)
 		if (r == PD_EAGAIN)
 			return L->in_eof ? fail_inner(m, li, PD_ETRUNCATED, "truncated partial length") : r;
 		if (++L->nparts > m->lim.max_partials)
-			return fail(m, PD_ELIMIT, "limit exceeded: more than %u partial-length parts", m->lim.max_partials);
+			return fail_at(m, li, PD_ELIMIT, "limit exceeded: more than %u partial-length parts",
+			               m->lim.max_partials);
 		buf_consume(L->in, hlen);
 		L->off += hlen;
 		L->part_left = len;
@@ -505,18 +591,19 @@ static void sig_issuer(struct pd_msg *m, const uint8_t *p, size_t n)
 	}
 }
 
-static int push_layer(struct pd_msg *m)
+/* A child layer for the transform of layer li. */
+static int push_layer(struct pd_msg *m, size_t li)
 {
 	/* layers 0 and 1 are the outer packets and the decrypted data; every
 	 * further layer is one level of compressed data */
 	if (m->depth >= LAYERS_MAX || (m->depth >= 2 && m->depth - 1 > m->lim.max_depth))
-		return fail(m, PD_ELIMIT, "limit exceeded: compressed data nested deeper than %u levels",
-		            m->lim.max_depth);
+		return fail_at(m, li, PD_ELIMIT, "limit exceeded: compressed data nested deeper than %u levels",
+		               m->lim.max_depth);
 	struct layer *c = &m->layers[m->depth];
 	*c = (struct layer){ 0 };
 	int r = buf_init(&c->own);
 	if (r < 0)
-		return fail(m, r, "out of memory");
+		return fail_at(m, li, r, "out of memory");
 	c->in = &c->own;
 	m->depth++;
 	return 0;
@@ -588,8 +675,8 @@ static int collected(struct pd_msg *m, size_t li)
 		L->z = NULL;
 		r = pd_inflate_new(&L->z, c[0]);
 		if (r < 0)
-			return fail(m, r, "unsupported compression algorithm %u", c[0]);
-		r = push_layer(m);
+			return fail_at(m, li, r, "unsupported compression algorithm %u", c[0]);
+		r = push_layer(m, li);
 		if (r < 0)
 			return r;
 		L->xk = X_INFLATE;
@@ -735,7 +822,7 @@ static int run_deepest(struct pd_msg *m, uint8_t *out, size_t cap, size_t *ret_l
 					return PD_STEP_DONE;
 				}
 				if (li == 1 && !m->info.has_literal)
-					return fail(m, PD_EMALFORMED, "decrypted data holds no literal data packet");
+					return fail_at(m, li, PD_EMALFORMED, "decrypted data holds no literal data packet");
 				pop_layer(m);
 				li--;
 				L = &m->layers[li];
@@ -780,8 +867,8 @@ static int run_deepest(struct pd_msg *m, uint8_t *out, size_t cap, size_t *ret_l
 						return r;
 					continue;
 				}
-				return fail(m, PD_ELIMIT, "limit exceeded: packet (tag %u) larger than %u octets at offset %llu",
-				            L->tag, COLL_MAX, (unsigned long long)L->pkt_off);
+				return fail_at(m, li, PD_ELIMIT, "limit exceeded: packet (tag %u) larger than %u octets "
+				               "at offset %llu", L->tag, COLL_MAX, (unsigned long long)L->pkt_off);
 			}
 			if (r == 0 && !L->cwhole && L->chave < L->cwant)
 				return fail_inner(m, li, PD_EMALFORMED, "packet shorter than its fields");
@@ -813,14 +900,28 @@ static int run_deepest(struct pd_msg *m, uint8_t *out, size_t cap, size_t *ret_l
 			}
 			n = PD_MIN(n, cap);
 			if (m->lim.max_output && m->info.bytes_out + n > m->lim.max_output)
-				return fail(m, PD_ELIMIT, "limit exceeded: plaintext larger than %llu octets",
-				            (unsigned long long)m->lim.max_output);
+				return fail_at(m, li, PD_ELIMIT, "limit exceeded: plaintext larger than %llu octets",
+				               (unsigned long long)m->lim.max_output);
 			memcpy(out, p, n);
 			body_consume(L, n);
 			m->info.bytes_out += n;
 			*ret_len = n;
 			*progress = true;
 			return PD_STEP_OUTPUT;
+		case L_DRAIN:
+			/* After a deferred error: the container runs on, its output
+			 * goes nowhere; its end (MDC verified) reports the error. */
+			n = buf_avail(L->in);
+			if (n) {
+				buf_consume(L->in, n);
+				L->off += n;
+				*progress = true;
+			}
+			if (!L->in_eof)
+				return 0;
+			if (m->info.container == 9)
+				return fail(m, PD_EINTEGRITY, INTEGRITY_SENTENCE);
+			return fail(m, m->deferred, "%s", m->deferred_detail);
 		case L_NEED_KEY:
 			if (!m->have_key)
 				return PD_STEP_NEED_KEY;
@@ -881,10 +982,10 @@ static int run_xform(struct pd_msg *m, size_t li, struct pd_worker *w, bool *pro
 		if (r < 0) {
 			if (L->xk == X_INFLATE)
 				return fail_inner(m, li, r, "corrupt compressed data");
+			if (r == PD_EINTEGRITY && L->xk == X_CFB)
+				return fail(m, r, INTEGRITY_SENTENCE);
 			if (r == PD_EINTEGRITY)
-				return fail(m, r, "integrity check failed: %s", L->xk == X_CFB ?
-				            "modification detection code (MDC) mismatch, or wrong session key" :
-				            "AEAD authentication tag mismatch, or wrong session key");
+				return fail(m, r, "integrity check failed: AEAD authentication tag mismatch, or wrong session key");
 			return fail(m, r, "decryption failed: %s", pd_strerror(r));
 		}
 		body_consume(L, used);
@@ -899,12 +1000,12 @@ static int run_xform(struct pd_msg *m, size_t li, struct pd_worker *w, bool *pro
 			L->x_in += used;
 			L->x_out += produced;
 			if (m->lim.max_output && L->x_out > m->lim.max_output)
-				return fail(m, PD_EBOMB, "limit exceeded: decompressed data larger than %llu octets",
-				            (unsigned long long)m->lim.max_output);
+				return fail_at(m, li, PD_EBOMB, "limit exceeded: decompressed data larger than %llu octets",
+				               (unsigned long long)m->lim.max_output);
 			if (m->lim.max_ratio && L->x_out > m->lim.ratio_grace &&
 			    L->x_out / (L->x_in ? L->x_in : 1) > m->lim.max_ratio)
-				return fail(m, PD_EBOMB, "limit exceeded: decompression ratio above %u:1 (compression bomb)",
-				            m->lim.max_ratio);
+				return fail_at(m, li, PD_EBOMB, "limit exceeded: decompression ratio above %u:1 "
+				               "(compression bomb)", m->lim.max_ratio);
 		}
 		if (r == 1) {
 			if (L->xk == X_INFLATE) {
@@ -927,6 +1028,21 @@ static int run_xform(struct pd_msg *m, size_t li, struct pd_worker *w, bool *pro
 	return 0;
 }
 
+/* An error in unauthenticated data was deferred: drop the layers below the
+ * container's and let layer 1 discard what the container still yields.
+ * Nothing else changes: the container decrypts and hashes to its end. */
+static void drain_inner(struct pd_msg *m)
+{
+	while (m->depth > 2)
+		pop_layer(m);
+	struct layer *L = &m->layers[1];
+	pd_inflate_free(L->z);
+	L->z = NULL;
+	L->xk = X_NONE;
+	L->st = L_DRAIN;
+	m->metadata_pending = false;
+}
+
 /* Start the container transform once the session key is known. */
 static int start_container(struct pd_msg *m, struct pd_worker *w)
 {
@@ -941,12 +1057,12 @@ static int start_container(struct pd_msg *m, struct pd_worker *w)
 		L->xk = X_AEAD;
 	}
 	if (r == PD_EINTEGRITY)
-		return fail(m, r, "integrity check failed: wrong session key");
+		return fail(m, r, L->xk == X_CFB ? INTEGRITY_SENTENCE : "integrity check failed: wrong session key");
 	if (r < 0)
 		return fail(m, r, "%s: cannot start decryption (cipher %s)", pd_strerror(r), pd_sym_name(m->sk->algo));
 	if (L->xk == X_CFB) /* AEAD containers name their cipher in the header */
 		m->info.sym_algo = m->sk->algo;
-	r = push_layer(m);
+	r = push_layer(m, 0);
 	if (r < 0)
 		return r;
 	L->st = L_XFORM;
@@ -1170,11 +1286,20 @@ int pd_msg_step(struct pd_msg *m, struct pd_worker *w, uint8_t *out, size_t cap,
 		for (size_t i = 0; i + 1 < m->depth; i++) {
 			if (m->layers[i].st == L_XFORM) {
 				r = run_xform(m, i, w, &progress);
+				if (r == PD_EDEFER) {
+					drain_inner(m);
+					progress = true;
+					break;
+				}
 				if (r < 0)
 					return r;
 			}
 		}
 		r = run_deepest(m, out, cap, ret_len, &progress);
+		if (r == PD_EDEFER) {
+			drain_inner(m);
+			continue;
+		}
 		if (r != 0)
 			return r;
 		if (!progress) {
