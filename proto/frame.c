@@ -17,6 +17,7 @@ struct pd_frame_decoder {
 	struct pd_frame_hdr cur;
 	uint8_t *buf;            /* payload of a frame split across calls */
 	size_t buf_cap, have;
+	size_t stale;            /* octets of buf handed out last call: wiped at the next */
 	int err;                 /* sticky */
 	char detail[128];
 };
@@ -87,6 +88,16 @@ const char *pd_frame_decoder_detail(const struct pd_frame_decoder *d)
 	return d->detail;
 }
 
+/* Frames carry plaintext and passwords: a payload the caller has had does
+ * not stay in buf. */
+static void wipe_stale(struct pd_frame_decoder *d)
+{
+	if (d->stale) {
+		explicit_bzero(d->buf, d->stale);
+		d->stale = 0;
+	}
+}
+
 __attribute__((format(printf, 3, 4)))
 static int fail(struct pd_frame_decoder *d, int err, const char *fmt, ...)
 {
@@ -146,6 +157,7 @@ int pd_frame_decode(struct pd_frame_decoder *d, const uint8_t *in, size_t len, s
 {
 	size_t off = 0;
 	*ret_consumed = 0;
+	wipe_stale(d);
 	if (d->err)
 		return d->err;
 	if (!d->have_hdr) {
@@ -209,6 +221,7 @@ int pd_frame_decode(struct pd_frame_decoder *d, const uint8_t *in, size_t len, s
 			return 0;
 		}
 		payload = d->buf;
+		d->stale = d->cur.len;
 	}
 	*ret_hdr = d->cur;
 	*ret_payload = payload;

@@ -111,7 +111,8 @@ struct pd_frame_decoder *pd_frame_decoder_free(struct pd_frame_decoder *d);
 /** Change the payload limit (after the handshake); takes effect at the next frame header. */
 void pd_frame_decoder_set_max(struct pd_frame_decoder *d, uint32_t max_payload);
 /** Feed bytes.  Returns 1 when a frame is complete: *ret_hdr and *ret_payload (valid
- * until the next call, pointing into in or into the decoder) describe it; 0 when all
+ * until the next call, pointing into in or into the decoder, which wipes its copy at
+ * the next call and on a violation) describe it; 0 when all
  * of in was consumed without completing a frame; negative on a violation.
  * *ret_consumed always says how much of in was used: call again with the rest. */
 int pd_frame_decode(struct pd_frame_decoder *d, const uint8_t *in, size_t len, size_t *ret_consumed,

@@ -564,6 +564,53 @@ static void test_garbage(void **state)
 	assert_true(frames > 100);
 }
 
+/* A payload split across calls is gathered in the decoder's buffer; once the
+ * caller has had it (the next call), that copy is wiped.  White-box: p stays
+ * readable because the decoder keeps its buffer for the next frame. */
+static bool all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+static void test_consumed_payload_wiped(void **state)
+{
+	(void)state;
+	static const char secret[] = "password and plaintext";
+	const size_t n = sizeof(secret) - 1;
+	uint8_t buf[2 * PD_FRAME_HDR_LEN + 64];
+	pd_frame_put_hdr(buf, PD_FT_DATA, 1, (uint32_t)n);
+	memcpy(buf + PD_FRAME_HDR_LEN, secret, n);
+	pd_frame_put_hdr(buf + PD_FRAME_HDR_LEN + n, PD_FT_DATA, 1, (uint32_t)n);
+	struct pd_frame_decoder *d;
+	assert_int_equal(pd_frame_decoder_new(&d, PD_FROM_CLIENT, PD_FRAME_MAX_DEFAULT), 0);
+	size_t used, split = PD_FRAME_HDR_LEN + 5;
+	struct pd_frame_hdr h;
+	const uint8_t *p, *p0 = NULL;
+	assert_int_equal(pd_frame_decode(d, buf, split, &used, &h, &p), 0);
+	assert_int_equal(used, split);
+	assert_int_equal(pd_frame_decode(d, buf + split, PD_FRAME_HDR_LEN + n - split, &used, &h, &p0), 1);
+	assert_true(p0 < buf || p0 >= buf + sizeof(buf)); /* the decoder's copy */
+	assert_memory_equal(p0, secret, n);
+	/* Next call, one octet of the next header: the copy is gone. */
+	assert_int_equal(pd_frame_decode(d, buf + PD_FRAME_HDR_LEN + n, 1, &used, &h, &p), 0);
+	assert_true(all_zero(p0, n));
+	pd_frame_decoder_free(d);
+
+	/* A violation after it: still nothing left. */
+	assert_int_equal(pd_frame_decoder_new(&d, PD_FROM_CLIENT, PD_FRAME_MAX_DEFAULT), 0);
+	assert_int_equal(pd_frame_decode(d, buf, split, &used, &h, &p), 0);
+	assert_int_equal(pd_frame_decode(d, buf + split, PD_FRAME_HDR_LEN + n - split, &used, &h, &p0), 1);
+	assert_memory_equal(p0, secret, n);
+	uint8_t junk[PD_FRAME_HDR_LEN];
+	pd_frame_put_hdr(junk, 0x7f, 1, 0);
+	assert_int_equal(pd_frame_decode(d, junk, sizeof(junk), &used, &h, &p), -EPROTO);
+	assert_true(all_zero(p0, n));
+	pd_frame_decoder_free(d);
+}
+
 static void test_status_mapping(void **state)
 {
 	(void)state;
@@ -617,6 +664,7 @@ int main(void)
 		cmocka_unit_test(test_truncated),
 		cmocka_unit_test(test_unknown_and_misdirected),
 		cmocka_unit_test(test_garbage),
+		cmocka_unit_test(test_consumed_payload_wiped),
 		cmocka_unit_test(test_status_mapping),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
