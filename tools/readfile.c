@@ -1,42 +1,63 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
-#include <stdio.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "readfile.h"
 
+/* Key files and passphrases come through here: no copy of their bytes is
+ * left in memory given back to the allocator.  So read(2), not stdio (whose
+ * buffer would hold a copy), and growth by allocate, copy, wipe, free:
+ * realloc may move the data and release the old block as it was. */
+static int grow(uint8_t **buf, size_t *cap, size_t len)
+{
+	uint8_t *n = malloc(*cap * 2);
+	if (!n)
+		return -ENOMEM;
+	memcpy(n, *buf, len);
+	explicit_bzero(*buf, len);
+	free(*buf);
+	*buf = n;
+	*cap *= 2;
+	return 0;
+}
+
 int pd_read_file(const char *path, size_t max, uint8_t **ret, size_t *ret_len)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f)
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
 		return -errno;
 	size_t cap = 1 << 16, len = 0;
 	uint8_t *buf = malloc(cap);
 	int r = buf ? 0 : -ENOMEM;
 	while (r == 0) {
 		if (len == cap) {
-			if (cap >= max) {
+			if (len > max) {
 				r = -EFBIG;
 				break;
 			}
-			uint8_t *n = realloc(buf, cap * 2);
-			if (!n) {
-				r = -ENOMEM;
+			r = grow(&buf, &cap, len);
+			if (r < 0)
 				break;
-			}
-			buf = n;
-			cap *= 2;
 		}
-		size_t got = fread(buf + len, 1, cap - len, f);
-		len += got;
-		if (got == 0) {
-			if (ferror(f))
-				r = -EIO;
+		ssize_t n = read(fd, buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			r = -errno;
+		else if (n == 0)
 			break;
-		}
+		else
+			len += (size_t)n;
 	}
-	fclose(f);
+	close(fd);
+	if (r == 0 && len > max)
+		r = -EFBIG;
 	if (r < 0) {
+		if (buf)
+			explicit_bzero(buf, len);
 		free(buf);
 		return r;
 	}

@@ -7,5 +7,7 @@
 /* Largest file the tools read whole (the 50 MiB bench inputs fit easily). */
 #define PD_TOOL_MAX_FILE ((size_t)1 << 30)
 
-/** Read path into a malloc'd buffer; -EFBIG beyond max octets, -errno otherwise. */
+/** Read path into a malloc'd buffer; -EFBIG beyond max octets, -errno otherwise.
+ * Memory it gives back on the way (growth, failure) is wiped first; the caller
+ * wipes *ret before freeing it if the file was secret. */
 int pd_read_file(const char *path, size_t max, uint8_t **ret, size_t *ret_len);
