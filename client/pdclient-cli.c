@@ -215,9 +215,12 @@ static void remove_tmp_files(void)
 
 /* SIGINT, SIGTERM, SIGHUP: remove the temporary files, then die of the
  * signal, so that the caller sees why (a shell reports 128+N). */
+static void wipe_password(void);
+
 static void on_fatal_signal(int sig)
 {
 	remove_tmp_files();
+	wipe_password();
 	signal(sig, SIG_DFL);
 	raise(sig);
 }
@@ -392,6 +395,17 @@ static int finish_job(struct job *j)
 	return code;
 }
 
+/* The password read from --password-file: wiped when the client is done
+ * with it, and on every exit (die(), a failed connect, a fatal signal). */
+static char *volatile password;
+
+static void wipe_password(void)
+{
+	char *p = password;
+	if (p)
+		explicit_bzero(p, 1025);
+}
+
 static char *read_password(const char *path, size_t *ret_len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -400,6 +414,8 @@ static char *read_password(const char *path, size_t *ret_len)
 	char *buf = calloc(1, 1025);
 	if (!buf)
 		die(EX_OSERR, "out of memory");
+	password = buf;
+	atexit(wipe_password);
 	size_t n = 0;
 	for (;;) {
 		ssize_t r = read(fd, buf + n, 1024 - n);
@@ -510,7 +526,8 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 	(void)pdc_run(c);
 	pdc_close(c);
 	if (pw) {
-		explicit_bzero(pw, 1025);
+		wipe_password();
+		password = NULL;
 		free(pw);
 	}
 	int code = 0;

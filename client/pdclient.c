@@ -64,6 +64,7 @@ struct pdc_conn {
 	int timeout_ms;
 	uint8_t *out;               /* frames being written */
 	size_t out_cap, out_len, out_off;
+	bool out_secret;            /* out holds a password: wiped once sent */
 	uint8_t *rbuf;
 	struct req *head, *tail;    /* every request not yet done, in order */
 	uint32_t next_id;
@@ -603,6 +604,7 @@ static void fill_out(struct pdc_conn *c)
 					dr.size_hint = r->d.in_len;
 				}
 				n = pd_frame_encode_decrypt(o, room, r->id, &dr);
+				c->out_secret |= dr.password_len > 0;
 				r->st = S_SENDING;
 			} else {
 				n = pd_frame_encode(o, room, r->type, r->id, NULL, 0);
@@ -660,6 +662,10 @@ static int flush_out(struct pdc_conn *c)
 			return conn_fail(c, (int)n, 0, s);
 		}
 		c->out_off += (size_t)n;
+	}
+	if (c->out_secret) {
+		explicit_bzero(c->out, c->out_len);
+		c->out_secret = false;
 	}
 	c->out_off = c->out_len = 0;
 	/* Requests whose END just left may be complete now. */

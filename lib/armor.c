@@ -626,6 +626,7 @@ int pd_armor_decode_all(const uint8_t *in, size_t len, uint8_t **ret, size_t *re
 		size_t used, n;
 		pd_armor_init(&a);
 		r = pd_armor_decode(&a, in + pos, len - pos, &used, buf + o, cap - o, &n, true);
+		pd_wipe(&a, sizeof(a)); /* its quantum and line hold key material */
 		if (r != 1) {
 			if (r >= 0) /* eof and room for everything: it must have finished */
 				r = PD_EINTERNAL;
