@@ -90,6 +90,17 @@ def test_exit_codes(fake, script, code, name):
     assert line.startswith(f"pgpdecd-client: (stdin): {name}: "), line
 
 
+@pytest.mark.parametrize("verbose", [[], ["-v"]])
+def test_failed_result_line_holds_status_and_sentence_only(fake, verbose):
+    # The fake's RESULT also carries algorithms, a key fingerprint and byte
+    # counts: none of it goes into the one line, -v or not.
+    s = fake()
+    for script, line in [(b"FAIL 13\n", "INTEGRITY: failure by script"),
+                         (b"EARLY 10\n", "MALFORMED: early failure by script")]:
+        r = run(["--socket", s.path] + verbose, input=script + b"y" * 1000)
+        assert one_line(r.stderr) == "pgpdecd-client: (stdin): " + line
+
+
 def test_output_file_renamed_only_on_success(fake, tmp_path):
     s = fake()
     out = tmp_path / "out" / "plain.txt"

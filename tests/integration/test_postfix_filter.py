@@ -122,9 +122,21 @@ def test_tampered_bounces(env):
     # flip a character in the middle of the base64 body
     i = len(arm) // 2
     arm[i] = ("B" if arm[i][0] != "B" else "C") + arm[i][1:]
-    r, msg, _ = run_filter(env, HDR + "\n" + "\n".join(arm) + "\n", "bad")
+    mail = HDR + "\n" + "\n".join(arm) + "\n"
+    r, msg, _ = run_filter(env, mail, "bad")
     assert r.returncode == 65, r.stderr
     assert msg is None
+    # The bounce text (pipe(8) takes stderr) names the status, nothing else:
+    # neither the sentence the daemon gives the client nor a temporary path.
+    c = subprocess.run([str(BUILD / "client" / "pgpdecd-client"), "--socket", str(env["sock"]),
+                        "--verified-only"], input=mail.encode(), capture_output=True, timeout=60)
+    prefix = "pgpdecd-client: (stdin): INTEGRITY: "
+    line = c.stderr.decode().strip()
+    assert c.returncode == 65 and line.startswith(prefix), line
+    detail = line[len(prefix):]
+    err = r.stderr.decode()
+    assert err == "pgpdecd-filter: not decrypted: INTEGRITY\n", err
+    assert detail not in err and "/tmp" not in err and "pgpdecd-filter." not in err
 
 
 def test_daemon_down_defers(env):
@@ -132,3 +144,4 @@ def test_daemon_down_defers(env):
     r, msg, _ = run_filter(env, mail, "down", sock=env["dir"] / "nonexistent.sock")
     assert r.returncode == 75, r.stderr
     assert msg is None
+    assert r.stderr.decode() == "pgpdecd-filter: not decrypted: TEMPFAIL\n"
