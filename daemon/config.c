@@ -67,7 +67,7 @@ static const struct opt opts[] = {
 	{ "tls-require-client-cert", 0, T_BOOL, O(tls_require_client_cert), "BOOL", "mutual TLS (default yes)" },
 	{ "tls-pin", 0, T_LIST, O(tls_pins), "SHA256", "accept only client certificates with this hex SHA-256 (repeatable)" },
 	{ "tls-min-version", 0, T_STR, O(tls_min_version), "1.2|1.3", "oldest TLS version (default 1.3)" },
-	{ "tls-handshake-timeout", 0, T_MS, O(tls_handshake_timeout_ms), "TIME", "(default 10s)" },
+	{ "tls-handshake-timeout", 0, T_MS, O(tls_handshake_timeout_ms), "TIME", "close connections not through the TLS handshake by then (default 10s)" },
 };
 #undef O
 
@@ -95,6 +95,7 @@ static void set_defaults(struct pd_config *c)
 	c->max_verified_total = 256u << 20;
 	c->socket_mode = 0660;
 	c->tls_require_client_cert = true;
+	c->tls_handshake_timeout_ms = 10000;
 }
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -362,6 +363,8 @@ static int check(struct pd_config *c, char *err, size_t errlen)
 	if (c->rsa_backend && strcmp(c->rsa_backend, "default") && strcmp(c->rsa_backend, "openssl") &&
 	    strcmp(c->rsa_backend, "gcrypt"))
 		return fail(err, errlen, "rsa-backend: want openssl or gcrypt, not '%s'", c->rsa_backend);
+	if (!c->tls_handshake_timeout_ms)
+		return fail(err, errlen, "tls-handshake-timeout must be more than 0");
 	if (c->tls_min_version && strcmp(c->tls_min_version, "1.2") && strcmp(c->tls_min_version, "1.3"))
 		return fail(err, errlen, "tls-min-version: want 1.2 or 1.3");
 	if (pd_config_tls(c) && (!c->tls_cert || !c->tls_key))

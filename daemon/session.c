@@ -25,6 +25,7 @@
 #define RBUF_SIZE (64u << 10)
 #define FAIL_LINGER_MS 2000 /* an ERROR frame gets this long to leave */
 #define SWEEP_MS 250
+#define REFUSAL_LOG_MS 60000 /* one log line a minute at most per connection limit */
 
 struct pd_session {
 	struct pd_session *prev, *next; /* pd_d.sessions */
@@ -66,12 +67,27 @@ struct pd_session {
 	uint64_t last_activity, last_write, fail_time;
 };
 
+/* Refusals over one connection limit, logged at most once a minute: the
+ * first at once, the ones after it as a count when the minute is over (by
+ * the sweep) or when the daemon stops. */
+struct refusal_log {
+	const char *limit; /* the setting's name */
+	unsigned value;    /* its value at the last refusal */
+	uint64_t last;     /* when a line was last logged */
+	uint64_t since;    /* refused since then, not logged yet */
+	bool logged;
+};
+
 static struct {
 	uv_timer_t sweep;
 	uv_idle_t idle;
 	struct pd_session *run; /* woken sessions */
 	bool init;
-} g;
+	struct refusal_log over_max, over_peer;
+} g = {
+	.over_max = { .limit = "max-connections" },
+	.over_peer = { .limit = "max-connections-per-peer" },
+};
 
 static void process(struct pd_session *s);
 static void update_reading(struct pd_session *s);
@@ -964,72 +980,112 @@ static void refuse(struct pd_session *s, uint16_t status, const char *why)
 		pd_session_close(s);
 }
 
+static void refusal_flush(struct refusal_log *rl, uint64_t now)
+{
+	if (!rl->since)
+		return;
+	pd_log_warn("NET", "%s (%u) reached: %llu more connection%s refused in the last %llu s", rl->limit,
+	            rl->value, (unsigned long long)rl->since, rl->since == 1 ? "" : "s",
+	            (unsigned long long)((now - rl->last) / 1000));
+	rl->since = 0;
+	rl->last = now;
+}
+
+static void refusal_note(struct refusal_log *rl, unsigned value)
+{
+	uint64_t now = uv_now(pd_d.loop);
+	pd_d.stats.connections_refused++;
+	rl->value = value;
+	if (rl->logged && now - rl->last < REFUSAL_LOG_MS) {
+		rl->since++;
+		return;
+	}
+	refusal_flush(rl, now); /* nothing left after a quiet minute; a count otherwise */
+	pd_log_warn("NET", "%s (%u) reached: refusing connections (logged once a minute at most)", rl->limit, value);
+	rl->logged = true;
+	rl->last = now;
+}
+
+/* Who the peer is: uid (unix) or address (tcp); *cr for unix peers. */
+static int identify(struct pd_session *s, struct ucred *cr)
+{
+	if (s->kind == PD_PEER_UNIX) {
+		uv_os_fd_t fd = -1;
+		socklen_t len = sizeof(*cr);
+		if (uv_fileno(&s->io.h, &fd) < 0)
+			return -EBADF;
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cr, &len) < 0)
+			return -errno;
+		snprintf(s->peer, sizeof(s->peer), "uid %u", (unsigned)cr->uid);
+		return 0;
+	}
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+	char host[INET6_ADDRSTRLEN] = "?";
+	if (uv_tcp_getpeername(&s->io.tcp, (struct sockaddr *)&ss, &len) == 0) {
+		if (ss.ss_family == AF_INET)
+			uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof(host));
+		else if (ss.ss_family == AF_INET6)
+			uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof(host));
+	}
+	snprintf(s->peer, sizeof(s->peer), "%s", host);
+	uv_tcp_nodelay(&s->io.tcp, 1);
+	return 0;
+}
+
 void pd_session_start(struct pd_session *s)
 {
 	const struct pd_config *c = pd_d.cfg;
-	uv_os_fd_t fd = -1;
+	bool tls = s->kind == PD_PEER_TCP && pd_listener_tls(s->ls);
+	struct refusal_log *over = NULL;
+	struct ucred cr = { 0 };
 	int r;
 
 	s->max_frame = c->max_frame_size;
 	s->max_inflight = c->max_requests_per_connection;
-	s->last_activity = s->last_write = uv_now(pd_d.loop);
+	s->last_activity = s->last_write = s->t_accept = uv_now(pd_d.loop);
+	if (identify(s, &cr) < 0) {
+		pd_session_close(s);
+		return;
+	}
+	/* Refused connections are not counted in n_sessions, so they must not
+	 * cost anything or last: over TLS one is closed at once, before any
+	 * handshake (a handshake costs the daemon more than the client); a plain
+	 * stream gets its ERROR frame and the short linger of session_fail(). */
+	if (pd_d.n_sessions >= c->max_connections)
+		over = &g.over_max;
+	else if (c->max_connections_per_peer && peer_count(s->peer) >= (int)c->max_connections_per_peer)
+		over = &g.over_peer;
+	if (over) {
+		refusal_note(over, over == &g.over_max ? c->max_connections : c->max_connections_per_peer);
+		pd_log_debug("NET", "%s: refused (%s)", s->peer, over->limit);
+		if (tls) {
+			pd_session_close(s);
+			return;
+		}
+	}
 	s->rbuf = malloc(RBUF_SIZE);
 	r = s->rbuf ? pd_frame_decoder_new(&s->dec, PD_FROM_CLIENT, PD_FRAME_HELLO_MAX) : -ENOMEM;
+	if (r == 0 && tls)
+		r = pd_d.tls_creds ? pd_tls_new(&s->tls, pd_d.tls_creds, tls_push, s) : -EINVAL;
 	if (r < 0) {
 		pd_session_close(s);
 		return;
 	}
-	uv_fileno(&s->io.h, &fd);
-	if (s->kind == PD_PEER_UNIX) {
-		struct ucred cr;
-		socklen_t len = sizeof(cr);
-		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {
-			pd_session_close(s);
-			return;
-		}
-		snprintf(s->peer, sizeof(s->peer), "uid %u", (unsigned)cr.uid);
-		if (!peer_allowed(&cr)) {
-			pd_d.stats.connections_refused++;
-			pd_log_notice("NET", "access denied to unix peer uid %u gid %u pid %d on %s",
-			              (unsigned)cr.uid, (unsigned)cr.gid, (int)cr.pid, pd_listener_name(s->ls));
-			session_fail(s, PD_ST_ACCESS_DENIED, "access denied");
-			return;
-		}
-	} else {
-		struct sockaddr_storage ss;
-		int len = sizeof(ss);
-		char host[INET6_ADDRSTRLEN] = "?";
-		if (uv_tcp_getpeername(&s->io.tcp, (struct sockaddr *)&ss, &len) == 0) {
-			if (ss.ss_family == AF_INET)
-				uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof(host));
-			else if (ss.ss_family == AF_INET6)
-				uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof(host));
-		}
-		snprintf(s->peer, sizeof(s->peer), "%s", host);
-		uv_tcp_nodelay(&s->io.tcp, 1);
-		if (pd_listener_tls(s->ls)) {
-			if (!pd_d.tls_creds || pd_tls_new(&s->tls, pd_d.tls_creds, tls_push, s) < 0) {
-				pd_session_close(s);
-				return;
-			}
-		}
+	if (over) {
+		session_fail(s, PD_ST_OVERLOADED, over == &g.over_max ? "too many connections; retry later"
+		                                                      : "too many connections from this peer; retry later");
+		return;
 	}
-	s->t_accept = uv_now(pd_d.loop);
+	if (s->kind == PD_PEER_UNIX && !peer_allowed(&cr)) {
+		pd_d.stats.connections_refused++;
+		pd_log_notice("NET", "access denied to unix peer uid %u gid %u pid %d on %s",
+		              (unsigned)cr.uid, (unsigned)cr.gid, (int)cr.pid, pd_listener_name(s->ls));
+		session_fail(s, PD_ST_ACCESS_DENIED, "access denied");
+		return;
+	}
 	if (pd_d.stopping) {
 		refuse(s, PD_ST_SHUTTING_DOWN, "the daemon is stopping");
-		return;
-	}
-	if (pd_d.n_sessions >= c->max_connections) {
-		pd_d.stats.connections_refused++;
-		pd_log_warn("NET", "max-connections (%u) reached: refusing a connection", c->max_connections);
-		refuse(s, PD_ST_OVERLOADED, "too many connections; retry later");
-		return;
-	}
-	if (c->max_connections_per_peer && peer_count(s->peer) >= (int)c->max_connections_per_peer) {
-		pd_d.stats.connections_refused++;
-		pd_log_warn("NET", "max-connections-per-peer (%u) reached: refusing a connection",
-		            c->max_connections_per_peer);
-		refuse(s, PD_ST_OVERLOADED, "too many connections from this peer; retry later");
 		return;
 	}
 	s->started = true;
@@ -1055,7 +1111,7 @@ static void sweep_one(struct pd_session *s, uint64_t now)
 		return;
 	}
 	if (s->tls && !pd_tls_ready(s->tls)) {
-		if (c->tls_handshake_timeout_ms && now - s->t_accept > c->tls_handshake_timeout_ms) {
+		if (now - s->t_accept > c->tls_handshake_timeout_ms) {
 			pd_log_notice("TLS", "TLS handshake not done after %llu ms: closing",
 			              (unsigned long long)(now - s->t_accept));
 			pd_session_close(s);
@@ -1089,6 +1145,10 @@ static void on_sweep(uv_timer_t *t)
 {
 	uint64_t now = uv_now(pd_d.loop);
 	struct pd_session *s = pd_d.sessions, *next;
+	if (now - g.over_max.last >= REFUSAL_LOG_MS)
+		refusal_flush(&g.over_max, now);
+	if (now - g.over_peer.last >= REFUSAL_LOG_MS)
+		refusal_flush(&g.over_peer, now);
 	for (; s; s = next) {
 		next = s->next; /* s may close (unlinks itself, memory stays until on_close) */
 		sweep_one(s, now);
@@ -1126,6 +1186,8 @@ void pd_sessions_deinit(void)
 {
 	if (!g.init)
 		return;
+	refusal_flush(&g.over_max, uv_now(pd_d.loop)); /* not lost at exit */
+	refusal_flush(&g.over_peer, uv_now(pd_d.loop));
 	uv_timer_stop(&g.sweep);
 	uv_close((uv_handle_t *)&g.sweep, NULL);
 	uv_close((uv_handle_t *)&g.idle, NULL);

@@ -277,3 +277,56 @@ def test_per_peer_limit(world, tmp_path):
         b.close()
     finally:
         assert d.stop() == 0
+
+
+def _tls_daemon(world, pki, tmp_path, *extra):
+    port = free_port()
+    d = Daemon(world, tmp_path, "--listen", f"tcp:127.0.0.1:{port}", "--tls-cert", str(pki["srv"][1]),
+               "--tls-key", str(pki["srv"][0]), *extra)
+    wait_port(port)
+    return d, port
+
+
+def _closed_within(sock, seconds):
+    """The daemon closes sock (EOF or reset) within seconds, having sent nothing."""
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_silent_connections_and_max_connections(world, pki, tmp_path):
+    """Connections that never send a byte cannot lock clients out: the
+    handshake timeout is 10 s by default, and connections over
+    max-connections are closed at once (no handshake), counted, and logged
+    once a minute at most, with the number refused since."""
+    d, port = _tls_daemon(world, pki, tmp_path, "--tls-ca", str(pki["ca"][1]), "--max-connections", "8")
+    try:
+        time.sleep(0.5)  # the start-up probe's connection is gone
+        t0 = time.monotonic()
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
+        time.sleep(0.5)
+        over = [socket.create_connection(("127.0.0.1", port)) for _ in range(40)]
+        assert all(_closed_within(s, 3) for s in over), "a connection over max-connections was kept open"
+        assert all(_closed_within(s, max(0.1, t0 + 14 - time.monotonic())) for s in idle), \
+            "a connection that never sent a byte outlived the default handshake timeout (10 s)"
+        assert time.monotonic() - t0 > 9  # ... and not much before it
+        for s in idle + over:
+            s.close()
+        c = tls_client(port, pki, pki["good"])
+        assert c.ping(b"let in") == b"let in"
+        st = pdwire.parse_prometheus(c.stats())
+        assert st["pgpdecd_connections_refused_total"] >= 40
+        c.close()
+        log = d.logtext()
+        assert log.count("max-connections (8) reached") == 1, log[-3000:]
+        assert "TLS handshake not done after" in log
+    finally:
+        assert d.stop() == 0
+    # The refusals since the last line are reported when the daemon stops.
+    log = d.logtext()
+    assert log.count("max-connections (8) reached") == 2, log[-3000:]
+    assert "39 more connections refused" in log, log[-3000:]
