@@ -371,6 +371,8 @@ static int check(struct pd_config *c, char *err, size_t errlen)
 		return fail(err, errlen, "TLS needs both tls-cert and tls-key");
 	if (pd_config_tls(c) && c->tls_require_client_cert && !c->tls_ca && !c->tls_pins.n)
 		return fail(err, errlen, "client certificates are required (tls-require-client-cert): give tls-ca or tls-pin");
+	if (c->tls_pins.n > PD_TLS_MAX_PINS)
+		return fail(err, errlen, "tls-pin: at most %d pins, not %zu", PD_TLS_MAX_PINS, c->tls_pins.n);
 	for (size_t i = 0; i < c->tls_pins.n; i++) {
 		const char *p = c->tls_pins.v[i];
 		size_t n = 0;

@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#define PD_TLS_MAX_PINS 64 /* more tls-pin values are a configuration error */
+
 struct pd_strv { /* public, by value: a growable list of strings */
 	char **v;
 	size_t n;

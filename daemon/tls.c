@@ -15,7 +15,6 @@
 #include "tls.h"
 
 #define TIN_SIZE (64u << 10) /* a few records of ciphertext */
-#define MAX_PINS 64
 
 struct pd_tls_creds {
 	atomic_uint n_ref;
@@ -24,7 +23,7 @@ struct pd_tls_creds {
 	bool require_cert;
 	bool verify_ca;
 	size_t n_pins;
-	uint8_t pins[MAX_PINS][32];
+	uint8_t pins[PD_TLS_MAX_PINS][32];
 };
 
 struct pd_tls {
@@ -86,7 +85,12 @@ int pd_tls_creds_load(struct pd_tls_creds **ret, const struct pd_config *c, char
 		}
 		cr->verify_ca = true;
 	}
-	for (size_t i = 0; i < c->tls_pins.n && i < MAX_PINS; i++) {
+	if (c->tls_pins.n > PD_TLS_MAX_PINS) { /* the config's check says so first */
+		snprintf(err, errlen, "tls-pin: at most %d pins", PD_TLS_MAX_PINS);
+		r = GNUTLS_E_INVALID_REQUEST;
+		goto fail;
+	}
+	for (size_t i = 0; i < c->tls_pins.n; i++) {
 		const char *p = c->tls_pins.v[i];
 		size_t n = 0;
 		for (; *p && n < 64; p++) {
@@ -198,9 +202,6 @@ int pd_tls_new(struct pd_tls **ret, struct pd_tls_creds *cr, pd_tls_push_fn push
 		gnutls_certificate_server_set_request(t->s, GNUTLS_CERT_REQUIRE);
 	else if (cr->verify_ca || cr->n_pins)
 		gnutls_certificate_server_set_request(t->s, GNUTLS_CERT_REQUEST);
-	/* With a CA, GnuTLS verifies the chain and validity during the handshake. */
-	if (cr->verify_ca)
-		gnutls_session_set_verify_cert(t->s, NULL, 0);
 	gnutls_transport_set_ptr(t->s, t);
 	gnutls_transport_set_pull_function(t->s, pull);
 	gnutls_transport_set_vec_push_function(t->s, vec_push);
@@ -234,22 +235,89 @@ size_t pd_tls_in_room(struct pd_tls *t, uint8_t **ret_p)
 
 void pd_tls_in_commit(struct pd_tls *t, size_t n) { t->in_end += n; }
 
-/* Pins: the SHA-256 of the client certificate (DER) must be listed. */
-static bool pin_ok(struct pd_tls *t)
+/* The client's own certificate must name clientAuth among its extended key
+ * usages: GnuTLS's chain check takes a certificate without the extension as
+ * good for any purpose, and pins alone check no purpose at all. */
+static bool for_clients(const gnutls_datum_t *der)
+{
+	gnutls_x509_crt_t crt;
+	bool ok = false;
+
+	if (gnutls_x509_crt_init(&crt) < 0)
+		return false;
+	if (gnutls_x509_crt_import(crt, der, GNUTLS_X509_FMT_DER) == 0) {
+		for (unsigned i = 0; !ok; i++) {
+			char oid[128];
+			size_t len = sizeof(oid);
+			int r = gnutls_x509_crt_get_key_purpose_oid(crt, i, oid, &len, NULL);
+			if (r == GNUTLS_E_SHORT_MEMORY_BUFFER)
+				continue; /* not the one we look for */
+			if (r < 0)
+				break;
+			ok = !strcmp(oid, GNUTLS_KP_TLS_WWW_CLIENT);
+		}
+	}
+	gnutls_x509_crt_deinit(crt);
+	return ok;
+}
+
+/* With a CA: chain, validity and purpose (of the chain's certificates
+ * that name one) by GnuTLS. */
+static bool chain_ok(struct pd_tls *t)
+{
+	gnutls_typed_vdata_st purpose = { .type = GNUTLS_DT_KEY_PURPOSE_OID,
+	                                  .data = (unsigned char *)GNUTLS_KP_TLS_WWW_CLIENT };
+	gnutls_datum_t why = { 0 };
+	unsigned st = 0;
+
+	if (gnutls_certificate_verify_peers(t->s, &purpose, 1, &st) < 0)
+		st = GNUTLS_CERT_INVALID;
+	if (!st)
+		return true;
+	if (st & GNUTLS_CERT_PURPOSE_MISMATCH) {
+		snprintf(t->detail, sizeof(t->detail),
+		         "client certificate refused: it is not for clientAuth (extended key usage)");
+	} else if (gnutls_certificate_verification_status_print(st, GNUTLS_CRT_X509, &why, 0) == 0) {
+		snprintf(t->detail, sizeof(t->detail), "client certificate refused: %s", why.data);
+		gnutls_free(why.data);
+	} else {
+		snprintf(t->detail, sizeof(t->detail), "client certificate refused");
+	}
+	return false;
+}
+
+/* After the handshake, before any record is read: a client certificate, if
+ * sent (GnuTLS has enforced tls-require-client-cert), must pass the CA and
+ * be for TLS clients; with pins every client needs one whose SHA-256 (of the
+ * DER) is listed, whether certificates are required or not.  Checked here
+ * rather than by GnuTLS during the handshake, which fails a client that
+ * sends none even when certificates are optional.  false: t->detail says why. */
+static bool peer_ok(struct pd_tls *t)
 {
 	unsigned n = 0;
 	const gnutls_datum_t *certs = gnutls_certificate_get_peers(t->s, &n);
 	uint8_t h[32];
 
+	if (!certs || !n) {
+		if (!t->cr->n_pins)
+			return true;
+		snprintf(t->detail, sizeof(t->detail), "no client certificate, and tls-pin is set");
+		return false;
+	}
+	if (t->cr->verify_ca && !chain_ok(t))
+		return false;
+	if (!for_clients(&certs[0])) {
+		snprintf(t->detail, sizeof(t->detail),
+		         "client certificate refused: it lacks the clientAuth extended key usage");
+		return false;
+	}
 	if (!t->cr->n_pins)
 		return true;
-	if (!certs || !n)
-		return !t->cr->require_cert;
-	if (gnutls_hash_fast(GNUTLS_DIG_SHA256, certs[0].data, certs[0].size, h) < 0)
-		return false;
-	for (size_t i = 0; i < t->cr->n_pins; i++)
-		if (!memcmp(h, t->cr->pins[i], 32))
-			return true;
+	if (gnutls_hash_fast(GNUTLS_DIG_SHA256, certs[0].data, certs[0].size, h) == 0)
+		for (size_t i = 0; i < t->cr->n_pins; i++)
+			if (!memcmp(h, t->cr->pins[i], 32))
+				return true;
+	snprintf(t->detail, sizeof(t->detail), "client certificate is not among tls-pin");
 	return false;
 }
 
@@ -261,22 +329,11 @@ ssize_t pd_tls_read(struct pd_tls *t, uint8_t *out, size_t cap)
 		if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED)
 			return 0;
 		if (r < 0) {
-			if (r == GNUTLS_E_CERTIFICATE_VERIFICATION_ERROR) {
-				gnutls_datum_t why = { 0 };
-				unsigned st = gnutls_session_get_verify_cert_status(t->s);
-				if (gnutls_certificate_verification_status_print(st, GNUTLS_CRT_X509, &why, 0) == 0) {
-					snprintf(t->detail, sizeof(t->detail), "client certificate refused: %s", why.data);
-					gnutls_free(why.data);
-				} else {
-					snprintf(t->detail, sizeof(t->detail), "client certificate refused");
-				}
-			} else {
-				snprintf(t->detail, sizeof(t->detail), "TLS handshake failed: %s", gnutls_strerror(r));
-			}
+			snprintf(t->detail, sizeof(t->detail), "TLS handshake failed: %s", gnutls_strerror(r));
 			return -EPROTO;
 		}
-		if (!pin_ok(t)) {
-			snprintf(t->detail, sizeof(t->detail), "client certificate is not among tls-pin");
+		if (!peer_ok(t)) {
+			gnutls_alert_send(t->s, GNUTLS_AL_FATAL, GNUTLS_A_BAD_CERTIFICATE); /* the client learns why */
 			return -EACCES;
 		}
 		t->ready = true;

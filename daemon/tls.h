@@ -11,8 +11,10 @@
  * pd_tls_creds: certificate, key, client-CA and pins, loaded off the loop and
  * shared by reference (sessions keep the credentials they started with
  * across a reload).  Client certificates are required by default and
- * verified against the CA; pins (SHA-256 of the DER certificate) restrict
- * further, or alone accept self-signed client certificates.
+ * verified against the CA once the handshake is done, before any record is
+ * read; they must carry the clientAuth extended key usage.  Pins (SHA-256 of
+ * the DER certificate) restrict further, or alone accept self-signed client
+ * certificates; with pins, a client without a certificate is refused too.
  */
 #pragma once
 

@@ -330,3 +330,67 @@ def test_silent_connections_and_max_connections(world, pki, tmp_path):
     log = d.logtext()
     assert log.count("max-connections (8) reached") == 2, log[-3000:]
     assert "39 more connections refused" in log, log[-3000:]
+
+
+def test_client_certificate_purpose(world, pki, tmp_path):
+    """A client certificate must carry the clientAuth extended key usage:
+    one for a server only, or one without the extension, from the same CA,
+    does not log in."""
+    d0 = tmp_path / "pki"
+    d0.mkdir()
+    server_only = make_cert(d0, "serveronly", pki["ca"], "tls_www_server\nexpiration_days = 30\n")
+    no_eku = make_cert(d0, "noeku", pki["ca"], "signing_key\nexpiration_days = 30\n")
+    d, port = _tls_daemon(world, pki, tmp_path, "--tls-ca", str(pki["ca"][1]))
+    try:
+        assert tls_client(port, pki, pki["good"]).ping(b"client") == b"client"
+        assert refused(lambda: tls_client(port, pki, server_only)), "server-only certificate"
+        assert refused(lambda: tls_client(port, pki, no_eku)), "certificate without extended key usage"
+        assert tls_client(port, pki, pki["good"]).ping(b"still") == b"still"
+        assert "clientAuth" in d.logtext()
+    finally:
+        assert d.stop() == 0
+
+
+def _pin(cert):
+    der = subprocess.run(["certtool", "--certificate-info", "--infile", str(cert[1]), "--outder"],
+                         check=True, capture_output=True).stdout
+    return hashlib.sha256(der).hexdigest()
+
+
+def test_pins_bind_every_client(world, pki, tmp_path):
+    """With tls-pin set, a client without a certificate is refused too, even
+    when client certificates are optional (tls-require-client-cert no)."""
+    d, port = _tls_daemon(world, pki, tmp_path, "--tls-require-client-cert", "no", "--tls-pin", _pin(pki["self"]))
+    try:
+        assert tls_client(port, pki, pki["self"]).ping(b"pinned") == b"pinned"
+        assert refused(lambda: tls_client(port, pki, None)), "no certificate, pins set"
+        assert refused(lambda: tls_client(port, pki, pki["good"])), "not pinned"
+    finally:
+        assert d.stop() == 0
+    # Without pins, a certificate stays optional.
+    (tmp_path / "ca").mkdir()
+    d, port = _tls_daemon(world, pki, tmp_path / "ca", "--tls-require-client-cert", "no", "--tls-ca", str(pki["ca"][1]))
+    try:
+        assert tls_client(port, pki, None).ping(b"anonymous") == b"anonymous"
+        assert refused(lambda: tls_client(port, pki, pki["foreign"]))
+    finally:
+        assert d.stop() == 0
+
+
+def test_too_many_pins(world, pki, tmp_path):
+    """More than 64 pins is a configuration error, not a silent truncation."""
+    pins = [hashlib.sha256(b"%d" % i).hexdigest() for i in range(64)] + [_pin(pki["self"])]
+    conf = tmp_path / "pins.conf"
+    conf.write_text("[tls]\n" + "".join(f"tls-pin = {p}\n" for p in pins))
+    port = free_port()
+    p = subprocess.run([PGPDECD, "--config", str(conf), "--listen", f"tcp:127.0.0.1:{port}", "--keydir",
+                        str(world["keys"]), "--tls-cert", str(pki["srv"][1]), "--tls-key", str(pki["srv"][0])],
+                       capture_output=True, timeout=30)
+    assert p.returncode != 0 and b"at most 64" in p.stderr, p.stderr
+    # 64 are fine.
+    conf.write_text("[tls]\n" + "".join(f"tls-pin = {p}\n" for p in pins[1:]))
+    d, port = _tls_daemon(world, pki, tmp_path, "--config", str(conf))
+    try:
+        assert tls_client(port, pki, pki["self"]).ping(b"64th") == b"64th"
+    finally:
+        assert d.stop() == 0
