@@ -159,6 +159,10 @@ void pd_limits_default(struct pd_limits *lim)
 		.max_argon2_kib = 256u * 1024,
 		.max_s2k_count = 65011712,
 		.allow_sed = false,
+		.max_skesk_trials = 4,
+		.max_kdf_mib = 256,
+		.max_argon2_passes = 8,
+		.max_argon2_lanes = 16,
 	};
 }
 
@@ -1343,6 +1347,112 @@ struct trial {
 	const struct pd_pkesk *p;
 };
 
+/* Copy src into dst where mask is all ones, in constant time. */
+static void sesskey_sel(uint32_t mask, struct pd_sesskey *dst, const struct pd_sesskey *src)
+{
+	dst->algo = pd_ct_sel8(mask, src->algo, dst->algo);
+	dst->len = pd_ct_sel8(mask, src->len, dst->len);
+	for (size_t b = 0; b < sizeof(dst->key); b++)
+		dst->key[b] = pd_ct_sel8(mask, src->key[b], dst->key[b]);
+}
+
+/* The session key from the SKESKs and the password.
+ *
+ * Plan first, from the packets alone (public): the SKESKs that go with the
+ * container, each within the per-derivation caps, at most max_skesk_trials
+ * of them, together within max_kdf_mib; a message asking for more is
+ * refused before any work.  Then derive every planned one and take the
+ * first whose check passed, in constant time: a v4 ESK's check (a known
+ * cipher of the right size) is about unauthenticated octets.  When such a
+ * check was among them, no verdict is given here: if none passed, a random
+ * key of that cipher goes on and the container fails (INTEGRITY) in the
+ * same way and time as with a wrong key.  Only when every check was public
+ * (v5/v6 tags, v4 without ESK) is a wrong password PD_EBADPASS at once. */
+static int recover_skesk(struct pd_msg *m, struct pd_worker *w)
+{
+	/* SKESK v4 goes with SEIPD v1, v5 with the OCB packet, v6 with SEIPD v2 */
+	const uint8_t want = m->info.container == 20 ? 5 : m->info.container_version == 2 ? 6 : 4;
+	size_t *plan = calloc(m->n_esk ? m->n_esk : 1, sizeof(*plan));
+	struct pd_sesskey *cand = gcry_malloc_secure(sizeof(*cand));
+	struct pd_sesskey *fb = gcry_malloc_secure(sizeof(*fb));
+	size_t nplan = 0;
+	uint64_t work = 0;
+	uint8_t secret_cipher = 0; /* cipher of the first v4 SKESK with an ESK */
+	int r, last_err = 0;
+
+	if (!plan || !cand || !fb) {
+		r = fail(m, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < m->n_esk; i++) {
+		const uint8_t *b = m->esks[i].body;
+		struct pd_skesk s;
+		if (m->esks[i].tag != 3 || !m->esks[i].len || b[0] != want)
+			continue;
+		int e = pd_skesk_parse(b, m->esks[i].len, &s);
+		if (e == 0)
+			e = pd_s2k_check(&s.s2k, &m->lim);
+		if (e < 0) {
+			last_err = e;
+			continue;
+		}
+		if (m->lim.max_skesk_trials && nplan == m->lim.max_skesk_trials)
+			break;
+		work += pd_s2k_work_kib(&s.s2k);
+		if (m->lim.max_kdf_mib && work > (uint64_t)m->lim.max_kdf_mib * 1024) {
+			r = fail(m, PD_ELIMIT, "limit exceeded: the password-encrypted session key packets ask for "
+			         "more key derivation than %u MiB", m->lim.max_kdf_mib);
+			goto out;
+		}
+		if (s.version == 4 && s.esk && !secret_cipher)
+			secret_cipher = s.cipher;
+		plan[nplan++] = i;
+	}
+
+	uint32_t found = 0;
+	for (size_t p = 0; p < nplan; p++) {
+		const struct esk *e = &m->esks[plan[p]];
+		uint32_t ok = 0;
+		int er = pd_skesk_try(w, e->body, e->len, m->password, m->password_len, &m->lim, cand, &ok);
+		if (er < 0) { /* public: a v5/v6 tag mismatch, a setup failure */
+			last_err = er;
+			continue;
+		}
+		sesskey_sel(ok & ~found, m->sk, cand);
+		found |= ok;
+	}
+	if (secret_cipher) {
+		fb->algo = secret_cipher;
+		fb->len = (uint8_t)pd_sym_keylen(secret_cipher);
+		gcry_randomize(fb->key, sizeof(fb->key), GCRY_STRONG_RANDOM);
+		sesskey_sel(~found, m->sk, fb);
+	} else if (!found) {
+		if (last_err == PD_ELIMIT)
+			r = fail(m, last_err, "limit exceeded: the password's key derivation costs more than allowed");
+		else if (last_err == PD_EUNSUPPORTED)
+			r = fail(m, last_err, "unsupported password-encrypted session key packet");
+		else if (last_err == -ENOMEM)
+			r = fail(m, last_err, "out of memory");
+		else
+			r = fail(m, PD_EBADPASS, "bad password for the message");
+		goto out;
+	}
+	m->have_key = true;
+	m->info.pk_algo = 0;
+	r = 0;
+out:
+	free(plan);
+	if (cand) {
+		pd_wipe(cand, sizeof(*cand));
+		gcry_free(cand);
+	}
+	if (fb) {
+		pd_wipe(fb, sizeof(*fb));
+		gcry_free(fb);
+	}
+	return r;
+}
+
 int pd_msg_recover_key(struct pd_msg *m, const struct pd_keyring *kr, struct pd_worker *w)
 {
 	if (m->err)
@@ -1464,29 +1574,7 @@ int pd_msg_recover_key(struct pd_msg *m, const struct pd_keyring *kr, struct pd_
 	goto out;
 
 skesk:
-	for (size_t i = 0; i < m->n_esk; i++) {
-		if (m->esks[i].tag != 3)
-			continue;
-		const uint8_t *b = m->esks[i].body;
-		/* SKESK v4 goes with SEIPD v1, v5 with the OCB packet, v6 with SEIPD v2 */
-		uint8_t want = m->info.container == 20 ? 5 : m->info.container_version == 2 ? 6 : 4;
-		if (!m->esks[i].len || b[0] != want)
-			continue;
-		int e = pd_skesk_decrypt(w, b, m->esks[i].len, m->password, m->password_len, &m->lim, m->sk);
-		if (e == 0) {
-			m->have_key = true;
-			m->info.pk_algo = 0;
-			r = 0;
-			goto out;
-		}
-		last_err = e;
-	}
-	if (last_err == PD_ELIMIT)
-		r = fail(m, last_err, "limit exceeded: the password's key derivation costs more than allowed");
-	else if (last_err == PD_EUNSUPPORTED)
-		r = fail(m, last_err, "unsupported password-encrypted session key packet");
-	else
-		r = fail(m, PD_EBADPASS, "bad password for the message");
+	r = recover_skesk(m, w);
 out:
 	free(pk);
 	free(tr);

@@ -84,9 +84,18 @@ struct pd_limits { /* public, by value */
 	uint32_t max_esk;           /* PKESK/SKESK packets per message */
 	uint32_t max_key_trials;    /* private-key operations per message */
 	uint32_t max_aead_chunk_log;/* largest SEIPD v2 / OCB chunk octet accepted (<= 16) */
-	uint32_t max_argon2_kib;    /* Argon2 memory cap, KiB */
-	uint32_t max_s2k_count;     /* iterated+salted S2K octet count cap */
+	uint32_t max_argon2_kib;    /* Argon2 memory cap, KiB (0 = none) */
+	uint32_t max_s2k_count;     /* iterated+salted S2K octet count cap (0 = none) */
 	bool allow_sed;             /* decrypt SED (tag 9, no integrity) */
+	/* What a password-encrypted message may make us derive (0 = no cap):
+	 * SKESKs tried, the derivations' total work (KiB hashed by iterated
+	 * S2K, Argon2 memory x passes / 2; the default, 256 MiB, is about one
+	 * second of one core), Argon2 passes t and lanes p.  A message whose
+	 * SKESKs ask for more is refused (PD_ELIMIT) before any work. */
+	uint32_t max_skesk_trials;
+	uint32_t max_kdf_mib;
+	uint32_t max_argon2_passes;
+	uint32_t max_argon2_lanes;
 };
 
 /** Fill *lim with defaults that stop decompression bombs and DoS costs. */

@@ -66,6 +66,8 @@ static void usage(FILE *f)
 	      "  --max-ratio N          limit on the decompression ratio\n"
 	      "  --max-depth N          limit on compressed-packet nesting\n"
 	      "  --max-argon2-kib N     cap on the Argon2 memory of password-encrypted messages\n"
+	      "  --max-skesk-trials N   password-encrypted session key packets tried (default 4)\n"
+	      "  --max-kdf-mib N        key-derivation work per message, MiB hashed (default 256)\n"
 	      "  --info                 print the message metadata as one JSON object on stderr\n"
 	      "  -o, --output OUT       write the plaintext to OUT (mode 0600, renamed into\n"
 	      "                         place from a temporary file only on success)\n"
@@ -522,7 +524,7 @@ static int bench(const struct opts *o, struct pd_keyring *kr, struct pd_worker *
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	enum { O_KEY = 256, O_PASSPHRASE, O_PASSWORD, O_BACKEND, O_SLICE, O_SED, O_MAXOUT,
-	       O_MAXRATIO, O_MAXDEPTH, O_MAXARGON2, O_INFO, O_BENCH, O_BENCHSEC };
+	       O_MAXRATIO, O_MAXDEPTH, O_MAXARGON2, O_MAXSKESK, O_MAXKDF, O_INFO, O_BENCH, O_BENCHSEC };
 	static const struct option lo[] = {
 		{ "key", required_argument, NULL, O_KEY },
 		{ "passphrase-file", required_argument, NULL, O_PASSPHRASE },
@@ -534,6 +536,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "max-ratio", required_argument, NULL, O_MAXRATIO },
 		{ "max-depth", required_argument, NULL, O_MAXDEPTH },
 		{ "max-argon2-kib", required_argument, NULL, O_MAXARGON2 },
+		{ "max-skesk-trials", required_argument, NULL, O_MAXSKESK },
+		{ "max-kdf-mib", required_argument, NULL, O_MAXKDF },
 		{ "info", no_argument, NULL, O_INFO },
 		{ "output", required_argument, NULL, 'o' },
 		{ "bench", no_argument, NULL, O_BENCH },
@@ -541,13 +545,14 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
+	uint32_t *lim;
 	uint64_t v;
-	int c;
+	int c, idx = 0;
 
 	o->slice = 65536;
 	o->bench_seconds = 2.0;
 	pd_limits_default(&o->lim);
-	while ((c = getopt_long(argc, argv, "ho:", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "ho:", lo, &idx)) != -1) {
 		switch (c) {
 		case O_KEY:
 			if (o->n_keys == MAX_KEYS) {
@@ -583,26 +588,17 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			}
 			o->lim.max_output = v;
 			break;
-		case O_MAXRATIO:
+		case O_MAXRATIO: lim = &o->lim.max_ratio; goto u32;
+		case O_MAXDEPTH: lim = &o->lim.max_depth; goto u32;
+		case O_MAXARGON2: lim = &o->lim.max_argon2_kib; goto u32;
+		case O_MAXSKESK: lim = &o->lim.max_skesk_trials; goto u32;
+		case O_MAXKDF: lim = &o->lim.max_kdf_mib; goto u32;
+		u32: /* a 32-bit limit of struct pd_limits */
 			if (parse_u64(optarg, &v) < 0 || v > UINT32_MAX) {
-				fprintf(stderr, "pd-decrypt: bad --max-ratio '%s'\n", optarg);
+				fprintf(stderr, "pd-decrypt: bad --%s '%s'\n", lo[idx].name, optarg);
 				return -EINVAL;
 			}
-			o->lim.max_ratio = (uint32_t)v;
-			break;
-		case O_MAXDEPTH:
-			if (parse_u64(optarg, &v) < 0 || v > UINT32_MAX) {
-				fprintf(stderr, "pd-decrypt: bad --max-depth '%s'\n", optarg);
-				return -EINVAL;
-			}
-			o->lim.max_depth = (uint32_t)v;
-			break;
-		case O_MAXARGON2:
-			if (parse_u64(optarg, &v) < 0 || v > UINT32_MAX) {
-				fprintf(stderr, "pd-decrypt: bad --max-argon2-kib '%s'\n", optarg);
-				return -EINVAL;
-			}
-			o->lim.max_argon2_kib = (uint32_t)v;
+			*lim = (uint32_t)v;
 			break;
 		case O_INFO: o->info = true; break;
 		case 'o': o->out = optarg; break;

@@ -435,6 +435,7 @@ static int unprotect(struct ctx *c, const struct pd_key *k, uint8_t tag, uint8_t
 	/* Key files come from the operator, not from senders: allow the
 	 * RFC 9580 A.5 cost (2 GiB) that the message default refuses. */
 	lim.max_argon2_kib = PD_MAX(lim.max_argon2_kib, KEYRING_MAX_ARGON2_KIB);
+	lim.max_argon2_passes = lim.max_argon2_lanes = 0;
 	size_t keylen = pd_sym_keylen(cipher);
 	int galgo = pd_sym_gcry(cipher);
 	uint8_t *kek = gcry_malloc_secure(64);

@@ -72,6 +72,34 @@ int pd_s2k_parse(const uint8_t *p, size_t len, struct pd_s2k *ret, size_t *ret_u
 	return 0;
 }
 
+int pd_s2k_check(const struct pd_s2k *s, const struct pd_limits *lim)
+{
+	if (!lim)
+		return 0;
+	if (s->type == 3 && lim->max_s2k_count && s->count > lim->max_s2k_count)
+		return PD_ELIMIT;
+	if (s->type == 4) {
+		uint64_t kib = (uint64_t)1 << s->m;
+		if ((lim->max_argon2_kib && kib > lim->max_argon2_kib) ||
+		    (lim->max_argon2_passes && s->t > lim->max_argon2_passes) ||
+		    (lim->max_argon2_lanes && s->p > lim->max_argon2_lanes))
+			return PD_ELIMIT;
+	}
+	return 0;
+}
+
+uint64_t pd_s2k_work_kib(const struct pd_s2k *s)
+{
+	switch (s->type) {
+	case 3:
+		return PD_MAX((uint64_t)s->count / 1024, 1);
+	case 4:
+		return PD_MAX(((uint64_t)s->t << s->m) / 2, 1);
+	default:
+		return 1; /* simple, salted: one hash of the password */
+	}
+}
+
 int pd_s2k_derive(const struct pd_s2k *s, const char *pass, size_t passlen, uint8_t *out,
                   size_t outlen, const struct pd_limits *lim)
 {
@@ -81,13 +109,13 @@ int pd_s2k_derive(const struct pd_s2k *s, const char *pass, size_t passlen, uint
 		return PD_EINTERNAL;
 	if (!pass)
 		passlen = 0;
+	if (pd_s2k_check(s, lim) < 0)
+		return PD_ELIMIT;
 	switch (s->type) {
 	case 0: case 1: case 3: {
 		int md = pd_hash_gcry(s->hash);
 		if (!md)
 			return PD_EUNSUPPORTED;
-		if (s->type == 3 && lim && lim->max_s2k_count && s->count > lim->max_s2k_count)
-			return PD_ELIMIT;
 		/* libgcrypt refuses an empty passphrase; an empty one still has a
 		 * well-defined S2K output, so hash it by hand (cheap: nothing to
 		 * iterate over but the salt). */
@@ -101,8 +129,6 @@ int pd_s2k_derive(const struct pd_s2k *s, const char *pass, size_t passlen, uint
 	}
 	case 4: {
 		uint64_t kib = (uint64_t)1 << s->m;
-		if (lim && lim->max_argon2_kib && kib > lim->max_argon2_kib)
-			return PD_ELIMIT;
 		unsigned long param[4] = { outlen, s->t, (unsigned long)kib, s->p };
 		gcry_kdf_hd_t hd;
 		/* An empty password is legal for Argon2 (RFC 9106). */

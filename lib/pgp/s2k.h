@@ -18,6 +18,13 @@ struct pd_s2k {
 
 /** Parse a specifier at p (len octets available); *ret_used = its length. */
 PD_HIDDEN int pd_s2k_parse(const uint8_t *p, size_t len, struct pd_s2k *ret, size_t *ret_used);
+/** 0 if what s costs stays within the per-derivation caps of lim (NULL: no
+ * caps): iteration count, Argon2 memory, passes and lanes; else PD_ELIMIT. */
+PD_HIDDEN int pd_s2k_check(const struct pd_s2k *s, const struct pd_limits *lim);
+/** The work one derivation of s takes, in KiB hashed (iterated S2K: its
+ * count; Argon2: memory x passes / 2, which runs about twice as fast per
+ * octet on libgcrypt 1.10); what pd_limits.max_kdf_mib caps per message. */
+PD_HIDDEN uint64_t pd_s2k_work_kib(const struct pd_s2k *s);
 /** Derive outlen octets from pass; PD_ELIMIT if the cost exceeds lim. */
 PD_HIDDEN int pd_s2k_derive(const struct pd_s2k *s, const char *pass, size_t passlen, uint8_t *out,
                             size_t outlen, const struct pd_limits *lim);

@@ -126,9 +126,12 @@ int pd_skesk_parse(const uint8_t *body, size_t len, struct pd_skesk *ret)
 	return 0;
 }
 
-/* v4 ESK: CFB with a zero IV, no resync; the result is algo || key. */
+/* v4 ESK: CFB with a zero IV, no resync; the result is algo || key.  Its
+ * only check (a known cipher of the right size) is about unauthenticated
+ * octets: its verdict is the mask *ok, never a branch, and key is filled
+ * either way (the caller selects in constant time). */
 static int unlock_v4(struct pd_worker *w, const struct pd_skesk *s, const uint8_t *kek, uint8_t *buf,
-                     struct pd_sesskey *key)
+                     struct pd_sesskey *key, uint32_t *ok)
 {
 	int galgo = pd_sym_gcry(s->cipher);
 	gcry_cipher_hd_t h;
@@ -145,12 +148,11 @@ static int unlock_v4(struct pd_worker *w, const struct pd_skesk *s, const uint8_
 	if (r < 0)
 		return r;
 	/* The only check a v4 ESK offers: a known cipher of the right size. */
-	size_t klen = pd_sym_keylen(buf[0]);
-	if (!klen || klen != s->esk_len - 1)
-		return PD_EBADPASS;
+	uint32_t klen = (uint32_t)pd_sym_keylen(buf[0]);
+	*ok = ~pd_ct_is_zero32(klen) & pd_ct_eq32(klen, (uint32_t)(s->esk_len - 1));
 	key->algo = buf[0];
-	key->len = (uint8_t)klen;
-	memcpy(key->key, buf + 1, klen);
+	key->len = (uint8_t)(s->esk_len - 1);
+	memcpy(key->key, buf + 1, s->esk_len - 1);
 	return 0;
 }
 
@@ -189,8 +191,10 @@ static int unlock_aead(struct pd_worker *w, const struct pd_skesk *s, const uint
 	return 0;
 }
 
-int pd_skesk_unlock(struct pd_worker *w, const struct pd_skesk *s, const uint8_t *s2k_key,
-                    struct pd_sesskey *out)
+/* Unlock into *out (garbage when the mask *ok is 0).  PD_EBADPASS only for
+ * a v5/v6 tag mismatch, which is authenticated and so public. */
+static int unlock(struct pd_worker *w, const struct pd_skesk *s, const uint8_t *s2k_key,
+                  struct pd_sesskey *out, uint32_t *ok)
 {
 	size_t keylen = pd_sym_keylen(s->cipher);
 	struct pd_sesskey *key = NULL;
@@ -207,6 +211,7 @@ int pd_skesk_unlock(struct pd_worker *w, const struct pd_skesk *s, const uint8_t
 		goto out;
 	}
 	memset(key, 0, sizeof(*key));
+	*ok = 0xFFFFFFFFu;
 	switch (s->version) {
 	case 4:
 		if (!s->esk) {
@@ -215,7 +220,7 @@ int pd_skesk_unlock(struct pd_worker *w, const struct pd_skesk *s, const uint8_t
 			memcpy(key->key, s2k_key, keylen);
 			r = 0;
 		} else {
-			r = unlock_v4(w, s, s2k_key, buf, key);
+			r = unlock_v4(w, s, s2k_key, buf, key, ok);
 		}
 		break;
 	case 5:
@@ -247,14 +252,34 @@ out:
 	return r;
 }
 
-int pd_skesk_decrypt(struct pd_worker *w, const uint8_t *body, size_t len, const char *pw, size_t pwlen,
-                     const struct pd_limits *lim, struct pd_sesskey *out)
+int pd_skesk_unlock(struct pd_worker *w, const struct pd_skesk *s, const uint8_t *s2k_key,
+                    struct pd_sesskey *out)
+{
+	struct pd_sesskey *tmp = gcry_malloc_secure(sizeof(*tmp));
+	uint32_t ok = 0;
+	int r;
+
+	if (!tmp)
+		return -ENOMEM;
+	r = unlock(w, s, s2k_key, tmp, &ok);
+	if (r == 0 && !ok)
+		r = PD_EBADPASS;
+	if (r == 0)
+		*out = *tmp;
+	pd_wipe(tmp, sizeof(*tmp));
+	gcry_free(tmp);
+	return r;
+}
+
+int pd_skesk_try(struct pd_worker *w, const uint8_t *body, size_t len, const char *pw, size_t pwlen,
+                 const struct pd_limits *lim, struct pd_sesskey *out, uint32_t *ok)
 {
 	struct pd_skesk s;
 	uint8_t *s2k_key;
 	size_t keylen;
 	int r = pd_skesk_parse(body, len, &s);
 
+	*ok = 0;
 	if (r < 0)
 		return r;
 	keylen = pd_sym_keylen(s.cipher);
@@ -263,8 +288,27 @@ int pd_skesk_decrypt(struct pd_worker *w, const uint8_t *body, size_t len, const
 		return -ENOMEM;
 	r = pd_s2k_derive(&s.s2k, pw, pwlen, s2k_key, keylen, lim);
 	if (r == 0)
-		r = pd_skesk_unlock(w, &s, s2k_key, out);
+		r = unlock(w, &s, s2k_key, out, ok);
 	pd_wipe(s2k_key, 32);
 	gcry_free(s2k_key);
+	return r;
+}
+
+int pd_skesk_decrypt(struct pd_worker *w, const uint8_t *body, size_t len, const char *pw, size_t pwlen,
+                     const struct pd_limits *lim, struct pd_sesskey *out)
+{
+	struct pd_sesskey *tmp = gcry_malloc_secure(sizeof(*tmp));
+	uint32_t ok = 0;
+	int r;
+
+	if (!tmp)
+		return -ENOMEM;
+	r = pd_skesk_try(w, body, len, pw, pwlen, lim, tmp, &ok);
+	if (r == 0 && !ok)
+		r = PD_EBADPASS;
+	if (r == 0)
+		*out = *tmp;
+	pd_wipe(tmp, sizeof(*tmp));
+	gcry_free(tmp);
 	return r;
 }

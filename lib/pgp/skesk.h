@@ -7,8 +7,8 @@
  *
  * A v5/v6 key is AEAD-checked, so a wrong password is PD_EBADPASS.  A v4
  * key has no check: a wrong password yields a wrong key (or, with an ESK,
- * an invalid algorithm octet, PD_EBADPASS) and the container's MDC or tag
- * fails later.  A v5/v6 session key carries no cipher: its algo is 0 and
+ * an invalid algorithm octet: a mask from pd_skesk_try(), which the message
+ * layer never branches on) and the container's MDC or tag fails later.  A v5/v6 session key carries no cipher: its algo is 0 and
  * the container's cipher (whose key length must match) decides.
  */
 #pragma once
@@ -33,6 +33,14 @@ PD_HIDDEN int pd_skesk_parse(const uint8_t *body, size_t len, struct pd_skesk *r
  * (pd_sym_keylen(s->cipher) octets).  PD_EBADPASS if the check fails. */
 PD_HIDDEN int pd_skesk_unlock(struct pd_worker *w, const struct pd_skesk *s, const uint8_t *s2k_key,
                               struct pd_sesskey *out);
-/** Parse, derive the S2K key from pw (costs capped by lim) and unlock. */
+/** Parse, derive the S2K key from pw (costs capped by lim) and unlock into
+ * *out, which is written whenever 0 is returned: the mask *ok says whether
+ * the key passed its check (a v4 ESK's check is about unauthenticated
+ * octets, so the caller must select with it in constant time, never
+ * branch).  PD_EBADPASS only for a v5/v6 tag mismatch (authenticated). */
+PD_HIDDEN int pd_skesk_try(struct pd_worker *w, const uint8_t *body, size_t len, const char *pw, size_t pwlen,
+                           const struct pd_limits *lim, struct pd_sesskey *out, uint32_t *ok);
+/** Parse, derive the S2K key from pw (costs capped by lim) and unlock;
+ * PD_EBADPASS when the check fails, *out untouched. */
 PD_HIDDEN int pd_skesk_decrypt(struct pd_worker *w, const uint8_t *body, size_t len, const char *pw,
                                size_t pwlen, const struct pd_limits *lim, struct pd_sesskey *out);
