@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Defaults, INI file and flags into one struct pd_config (see config.h). */
 #include <errno.h>
+#include <grp.h>
 #include <ini.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -385,6 +387,89 @@ static int check(struct pd_config *c, char *err, size_t errlen)
 	return 0;
 }
 
+/* A user or group name (or number) to its id.  The _r functions: a reload
+ * loads its config on a thread of its own. */
+static int lookup_id(const char *name, bool group, unsigned *ret)
+{
+	char *end, *buf = NULL;
+	size_t cap = 4096;
+	int r;
+
+	errno = 0;
+	unsigned long v = strtoul(name, &end, 10);
+	if (*name && !*end) {
+		if (errno || v >= (unsigned)-1)
+			return -ERANGE;
+		*ret = (unsigned)v;
+		return 0;
+	}
+	for (;;) {
+		char *nb = realloc(buf, cap);
+		if (!nb) {
+			free(buf);
+			return -ENOMEM;
+		}
+		buf = nb;
+		if (group) {
+			struct group g, *res = NULL;
+			r = getgrnam_r(name, &g, buf, cap, &res);
+			if (r == 0 && res)
+				*ret = g.gr_gid;
+			else if (r == 0)
+				r = ENOENT;
+		} else {
+			struct passwd p, *res = NULL;
+			r = getpwnam_r(name, &p, buf, cap, &res);
+			if (r == 0 && res)
+				*ret = p.pw_uid;
+			else if (r == 0)
+				r = ENOENT;
+		}
+		if (r != ERANGE || cap >= (1u << 20))
+			break;
+		cap *= 2;
+	}
+	free(buf);
+	return -r;
+}
+
+static int resolve_list(const struct pd_strv *names, bool group, struct pd_idv *ret, const char *opt,
+                        char *err, size_t errlen)
+{
+	if (!names->n)
+		return 0;
+	if (!(ret->v = calloc(names->n, sizeof(*ret->v))))
+		return fail(err, errlen, "out of memory");
+	for (size_t i = 0; i < names->n; i++) {
+		int r = lookup_id(names->v[i], group, &ret->v[i]);
+		if (r == -ENOENT)
+			return fail(err, errlen, "%s %s: no such %s", opt, names->v[i], group ? "group" : "user");
+		if (r < 0)
+			return fail(err, errlen, "%s %s: %s", opt, names->v[i], strerror(-r));
+		ret->n++;
+	}
+	return 0;
+}
+
+static int resolve_names(struct pd_config *c, char *err, size_t errlen)
+{
+	struct pd_strv owner = { &c->socket_owner, c->socket_owner ? 1 : 0 };
+	struct pd_strv group = { &c->socket_group, c->socket_group ? 1 : 0 };
+	struct pd_idv uid = { 0 }, gid = { 0 };
+	int r = resolve_list(&c->allow_users, false, &c->allow_uids, "allow-user", err, errlen);
+	if (r == 0)
+		r = resolve_list(&c->allow_groups, true, &c->allow_gids, "allow-group", err, errlen);
+	if (r == 0)
+		r = resolve_list(&owner, false, &uid, "socket-owner", err, errlen);
+	if (r == 0)
+		r = resolve_list(&group, true, &gid, "socket-group", err, errlen);
+	c->socket_uid = uid.n ? (uid_t)uid.v[0] : (uid_t)-1;
+	c->socket_gid = gid.n ? (gid_t)gid.v[0] : (gid_t)-1;
+	free(uid.v);
+	free(gid.v);
+	return r;
+}
+
 struct pd_config *pd_config_free(struct pd_config *c)
 {
 	if (!c)
@@ -396,6 +481,8 @@ struct pd_config *pd_config_free(struct pd_config *c)
 		else if (opts[i].type == T_LIST)
 			strv_clear(p);
 	}
+	free(c->allow_uids.v);
+	free(c->allow_gids.v);
 	free(c->config_file);
 	free(c);
 	return NULL;
@@ -516,6 +603,8 @@ int pd_config_load(struct pd_config **ret, int argc, char **argv, char *err, siz
 		}
 	}
 	r = check(c, err, errlen);
+	if (r == 0)
+		r = resolve_names(c, err, errlen);
 	if (r < 0) {
 		pd_config_free(c);
 		return r;

@@ -9,7 +9,8 @@
  *
  * The struct is public (plain data read by every daemon module); it is built
  * whole by pd_config_load() and never changed afterwards, so a reload builds
- * a new one and swaps it in.
+ * a new one and swaps it in.  User and group names are resolved to ids
+ * there (an unknown name is a configuration error), off the loop.
  */
 #pragma once
 
@@ -22,6 +23,11 @@
 
 struct pd_strv { /* public, by value: a growable list of strings */
 	char **v;
+	size_t n;
+};
+
+struct pd_idv { /* public, by value: uids or gids */
+	unsigned *v;
 	size_t n;
 };
 
@@ -64,6 +70,12 @@ struct pd_config {
 	char *socket_group;
 	struct pd_strv allow_users; /* SO_PEERCRED allow-lists; empty = anyone who can connect */
 	struct pd_strv allow_groups;
+	/* The names above as ids, resolved when the config is loaded (the loop
+	 * never asks the user database, which may be a network service). */
+	struct pd_idv allow_uids;
+	struct pd_idv allow_gids;
+	uid_t socket_uid;           /* (uid_t)-1: unchanged */
+	gid_t socket_gid;           /* (gid_t)-1: unchanged */
 
 	/* tcp */
 	bool allow_plain_tcp;       /* plain TCP (loopback only) when no TLS is configured */

@@ -2,9 +2,7 @@
 /* Listening sockets and the accept path (see listen.h). */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <grp.h>
 #include <netdb.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,28 +95,6 @@ static struct pd_listener *new_listener(uv_loop_t *loop, enum pd_peer_kind kind)
 	return ls;
 }
 
-static int resolve_id(const char *name, bool group, unsigned *ret)
-{
-	char *end;
-	unsigned long v = strtoul(name, &end, 10);
-	if (*name && !*end) {
-		*ret = (unsigned)v;
-		return 0;
-	}
-	if (group) {
-		struct group *g = getgrnam(name);
-		if (!g)
-			return -ENOENT;
-		*ret = g->gr_gid;
-	} else {
-		struct passwd *p = getpwnam(name);
-		if (!p)
-			return -ENOENT;
-		*ret = p->pw_uid;
-	}
-	return 0;
-}
-
 static int bind_unix(uv_loop_t *loop, const struct pd_config *c, const char *path, char *err, size_t errlen)
 {
 	struct stat st;
@@ -150,17 +126,8 @@ static int bind_unix(uv_loop_t *loop, const struct pd_config *c, const char *pat
 		snprintf(err, errlen, "listen %s: chmod: %s", ls->name, strerror(errno));
 		return r;
 	}
-	if (c->socket_owner || c->socket_group) {
-		unsigned uid = (unsigned)-1, gid = (unsigned)-1;
-		if (c->socket_owner && resolve_id(c->socket_owner, false, &uid) < 0) {
-			snprintf(err, errlen, "socket-owner %s: no such user", c->socket_owner);
-			return -ENOENT;
-		}
-		if (c->socket_group && resolve_id(c->socket_group, true, &gid) < 0) {
-			snprintf(err, errlen, "socket-group %s: no such group", c->socket_group);
-			return -ENOENT;
-		}
-		if (chown(path, (uid_t)uid, (gid_t)gid) < 0) {
+	if (c->socket_uid != (uid_t)-1 || c->socket_gid != (gid_t)-1) {
+		if (chown(path, c->socket_uid, c->socket_gid) < 0) {
 			r = -errno;
 			snprintf(err, errlen, "listen %s: chown: %s", ls->name, strerror(errno));
 			return r;

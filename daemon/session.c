@@ -2,8 +2,6 @@
 /* One client connection: read buffer -> frame decoder -> ordered replies ->
  * writer (see session.h). */
 #include <errno.h>
-#include <pwd.h>
-#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -924,45 +922,48 @@ static int peer_count(const char *peer)
 	return n;
 }
 
-static bool name_matches_id(const char *name, unsigned long id, bool group)
+#ifndef SO_PEERGROUPS
+#define SO_PEERGROUPS 59 /* Linux 4.13 */
+#endif
+
+static bool id_listed(const struct pd_idv *l, unsigned id)
 {
-	char *end;
-	unsigned long v = strtoul(name, &end, 10);
-	if (*name && !*end)
-		return v == id;
-	if (group) {
-		struct group *gr = getgrnam(name);
-		return gr && gr->gr_gid == id;
-	}
-	struct passwd *pw = getpwnam(name);
-	return pw && pw->pw_uid == id;
+	for (size_t i = 0; i < l->n; i++)
+		if (l->v[i] == id)
+			return true;
+	return false;
 }
 
-/* SO_PEERCRED allow-lists: a peer passes if either list is empty... no:
- * if no list is set anyone who can open the socket is served; otherwise the
- * uid must be listed, or the primary or a supplementary group of the user. */
-static bool peer_allowed(const struct ucred *cr)
+/* SO_PEERCRED allow-lists (resolved to ids at load): if neither is set,
+ * anyone who can open the socket is served; otherwise the peer's uid must
+ * be listed, or its gid, or one of the supplementary groups the peer
+ * process had when it connected (SO_PEERGROUPS, from the kernel: never the
+ * user database, which may be a network service and would block the loop). */
+static bool peer_allowed(uv_os_fd_t fd, const struct ucred *cr)
 {
 	const struct pd_config *c = pd_d.cfg;
-	if (!c->allow_users.n && !c->allow_groups.n)
+	gid_t some[64], *groups = some;
+	socklen_t len = sizeof(some);
+	bool ok = false;
+
+	if (!c->allow_uids.n && !c->allow_gids.n)
 		return true;
-	for (size_t i = 0; i < c->allow_users.n; i++)
-		if (name_matches_id(c->allow_users.v[i], cr->uid, false))
-			return true;
-	for (size_t i = 0; i < c->allow_groups.n; i++) {
-		if (name_matches_id(c->allow_groups.v[i], cr->gid, true))
-			return true;
-		struct passwd *pw = getpwuid(cr->uid);
-		if (pw) {
-			gid_t groups[256];
-			int ng = 256;
-			if (getgrouplist(pw->pw_name, pw->pw_gid, groups, &ng) >= 0)
-				for (int k = 0; k < ng; k++)
-					if (name_matches_id(c->allow_groups.v[i], groups[k], true))
-						return true;
+	if (id_listed(&c->allow_uids, cr->uid) || id_listed(&c->allow_gids, cr->gid))
+		return true;
+	if (!c->allow_gids.n)
+		return false;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
+		if (errno != ERANGE || !(groups = malloc(len)) ||
+		    getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
+			pd_log_debug("NET", "uid %u: SO_PEERGROUPS: %s", (unsigned)cr->uid, strerror(errno));
+			len = 0;
 		}
 	}
-	return false;
+	for (size_t i = 0; i < len / sizeof(gid_t) && !ok; i++)
+		ok = id_listed(&c->allow_gids, groups[i]);
+	if (groups != some)
+		free(groups);
+	return ok;
 }
 
 /* Refuse with an ERROR; over TLS the ERROR can only go after the handshake. */
@@ -1077,7 +1078,8 @@ void pd_session_start(struct pd_session *s)
 		                                                      : "too many connections from this peer; retry later");
 		return;
 	}
-	if (s->kind == PD_PEER_UNIX && !peer_allowed(&cr)) {
+	uv_os_fd_t fd = -1;
+	if (s->kind == PD_PEER_UNIX && (uv_fileno(&s->io.h, &fd) < 0 || !peer_allowed(fd, &cr))) {
 		pd_d.stats.connections_refused++;
 		pd_log_notice("NET", "access denied to unix peer uid %u gid %u pid %d on %s",
 		              (unsigned)cr.uid, (unsigned)cr.gid, (int)cr.pid, pd_listener_name(s->ls));
