@@ -2,6 +2,7 @@
 /* Listening sockets and the accept path (see listen.h). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,49 @@ static struct pd_listener *new_listener(uv_loop_t *loop, enum pd_peer_kind kind)
 	return ls;
 }
 
+/* Whoever can write the socket's directory can replace the socket (by a
+ * symlink to a file of ours, for instance): the daemon never changes
+ * anything by path after bind, and says when the directory lets others in. */
+static void check_dir(const char *name, const char *path)
+{
+	char dir[108];
+	struct stat st;
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == dir)
+		dir[1] = 0;
+	else
+		*slash = 0;
+	if (stat(dir, &st) < 0)
+		return;
+	if (((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) ||
+	    (st.st_uid != geteuid() && st.st_uid != 0))
+		pd_log_warn("NET", "listen %s: directory %s (mode %04o, uid %u) can be written by others, who can "
+		            "replace the socket: use a directory only the daemon's user can write",
+		            name, dir, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+}
+
+/* socket-owner/socket-group on the socket bind just made, never on what its
+ * name points to by now: the file is opened without following a symlink and
+ * changed only if it is still a socket of ours with one name. */
+static int set_owner(const char *path, uid_t uid, gid_t gid)
+{
+	struct stat st;
+	int r = 0, fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0)
+		r = -errno;
+	else if (!S_ISSOCK(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1)
+		r = -ESTALE;
+	else if (fchownat(fd, "", uid, gid, AT_EMPTY_PATH) < 0)
+		r = -errno;
+	close(fd);
+	return r;
+}
+
 static int bind_unix(uv_loop_t *loop, const struct pd_config *c, const char *path, char *err, size_t errlen)
 {
 	struct stat st;
@@ -113,7 +157,11 @@ static int bind_unix(uv_loop_t *loop, const struct pd_config *c, const char *pat
 		}
 		unlink(path);
 	}
-	mode_t old = umask(0177); /* no window with a world-connectable socket */
+	check_dir(ls->name, path);
+	/* bind creates the file with the socket's mode (0777) less the umask:
+	 * socket-mode from the start, no chmod by path afterwards.  (Only the
+	 * main thread creates files while the listeners are set up.) */
+	mode_t old = umask(0777 & ~c->socket_mode);
 	r = uv_pipe_bind(&ls->io.pipe, path);
 	umask(old);
 	if (r < 0) {
@@ -121,17 +169,17 @@ static int bind_unix(uv_loop_t *loop, const struct pd_config *c, const char *pat
 		return r;
 	}
 	ls->unlink_on_close = true;
-	if (chmod(path, c->socket_mode) < 0) {
-		r = -errno;
-		snprintf(err, errlen, "listen %s: chmod: %s", ls->name, strerror(errno));
-		return r;
-	}
 	if (c->socket_uid != (uid_t)-1 || c->socket_gid != (gid_t)-1) {
-		if (chown(path, c->socket_uid, c->socket_gid) < 0) {
-			r = -errno;
-			snprintf(err, errlen, "listen %s: chown: %s", ls->name, strerror(errno));
-			return r;
+		r = set_owner(path, c->socket_uid, c->socket_gid);
+		if (r == -ESTALE) {
+			snprintf(err, errlen, "listen %s: the socket was replaced before its owner could be set "
+			         "(someone else can write its directory)", ls->name);
+			ls->unlink_on_close = false; /* what is there is not ours */
+		} else if (r < 0) {
+			snprintf(err, errlen, "listen %s: chown: %s", ls->name, strerror(-r));
 		}
+		if (r < 0)
+			return r;
 	}
 	r = uv_listen(&ls->io.s, BACKLOG, on_connection);
 	if (r < 0)

@@ -94,3 +94,70 @@ def test_unknown_names_are_config_errors(world, tmp_path):
                             str(world["keys"]), flag, "pd-no-such-name"], capture_output=True, timeout=20)
         assert p.returncode != 0, (flag, p.stderr)
         assert b"pd-no-such-name: no such " + word.encode() in p.stderr, p.stderr
+
+
+@root_only
+@pytest.mark.skipif(not shutil.which("strace"), reason="needs strace (to hold the daemon right after bind)")
+def test_socket_setup_does_not_follow_a_planted_symlink(world, tmp_path):
+    """Between bind and the end of the socket's setup, whoever can write the
+    directory may replace the socket by a symlink: the daemon must not
+    change the mode or owner of what the symlink points to.  strace holds
+    the daemon right after bind (inject delay_exit) while the test swaps the
+    socket for a symlink to a victim file."""
+    sockdir = tmp_path / "sockdir"
+    sockdir.mkdir()
+    sock = sockdir / "s.sock"
+    victim = tmp_path / "victim"
+    victim.write_text("not yours\n")
+    os.chmod(victim, 0o600)
+    gid = 4243 if 4243 not in {g.gr_gid for g in grp.getgrall()} else 4244
+    log = open(tmp_path / "daemon.log", "w+b")
+    p = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=bind",
+                          "-e", "inject=bind:delay_exit=2000000", PGPDECD, "--listen", f"unix:{sock}",
+                          "--keydir", str(world["keys"]), "--workers", "1", "--socket-mode", "0666",
+                          "--socket-group", str(gid)], stdout=log, stderr=log)
+    try:
+        deadline = time.time() + 20
+        while not os.path.lexists(sock):
+            assert time.time() < deadline and p.poll() is None, "no socket"
+            time.sleep(0.005)
+        link = sockdir / "planted"
+        os.symlink(victim, link)
+        os.rename(link, sock)  # the socket's name now points at the victim
+        try:
+            p.wait(6)  # the daemon notices and stops ...
+        except subprocess.TimeoutExpired:
+            pass  # ... or goes on without touching the victim
+        st = os.stat(victim)
+        assert st.st_mode & 0o7777 == 0o600, oct(st.st_mode)
+        assert st.st_gid == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+    log.seek(0)
+    text = log.read().decode(errors="replace")
+    assert p.returncode != 0 and "replaced" in text, text
+
+
+def test_socket_mode_and_group(world, tmp_path):
+    """socket-mode is the socket's mode from its creation, socket-group its
+    group; a directory others can write is worth a warning."""
+    gid = os.getgid() if os.geteuid() else (4245 if 4245 not in {g.gr_gid for g in grp.getgrall()} else 4246)
+    d = Daemon(world, tmp_path, "--socket-mode", "0606", "--socket-group", str(gid))
+    try:
+        st = os.lstat(d.sock)
+        assert st.st_mode & 0o777 == 0o606 and st.st_gid == gid
+        assert d.client().ping(b"mode") == b"mode"
+        assert "can be written by others" not in d.logtext()
+    finally:
+        assert d.stop() == 0
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    (tmp_path / "second").mkdir()
+    d = Daemon(world, tmp_path / "second", "--listen", f"unix:{shared}/s.sock")
+    try:
+        assert f"directory {shared} (mode 0777" in d.logtext()
+    finally:
+        assert d.stop() == 0
