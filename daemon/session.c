@@ -143,6 +143,8 @@ static void on_close(uv_handle_t *h)
 	struct pd_session *s = h->data;
 	pd_tls_free(s->tls);
 	pd_frame_decoder_free(s->dec);
+	if (s->rbuf)
+		explicit_bzero(s->rbuf, RBUF_SIZE);
 	free(s->rbuf);
 	free(s->reqs);
 	free(s);
@@ -369,6 +371,8 @@ static void session_fail(struct pd_session *s, uint16_t status, const char *sent
 	s->failing = true;
 	s->fail_time = uv_now(pd_d.loop);
 	drop_requests(s);
+	if (s->rbuf)
+		explicit_bzero(s->rbuf + s->rstart, s->rend - s->rstart);
 	s->rstart = s->rend = 0; /* from now on, input is read and dropped */
 	struct pd_obuf *o = pd_obuf_new(PD_FRAME_HELLO_MAX);
 	if (o) {
@@ -714,6 +718,8 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 	if (s->failing) { /* after ERROR: drain until the peer closes */
 		if (nread < 0)
 			pd_session_close(s);
+		else if (!s->tls)
+			explicit_bzero(buf->base, (size_t)nread);
 		return;
 	}
 	if (nread < 0) {
@@ -735,6 +741,16 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 	process(s);
 }
 
+/* Move the unread bytes to the front; the stale copy behind them is wiped. */
+static void rbuf_compact(struct pd_session *s)
+{
+	size_t n = s->rend - s->rstart;
+	memmove(s->rbuf, s->rbuf + s->rstart, n);
+	explicit_bzero(s->rbuf + n, s->rend - n);
+	s->rend = n;
+	s->rstart = 0;
+}
+
 /* TLS: handshake, then decrypt into the read buffer while it has room;
  * ciphertext that does not fit stays in the TLS layer.  false: closed. */
 static bool tls_pump(struct pd_session *s)
@@ -742,11 +758,8 @@ static bool tls_pump(struct pd_session *s)
 	bool was_ready = pd_tls_ready(s->tls);
 	s->tls_full = false;
 	for (;;) {
-		if (s->rstart && s->rend == RBUF_SIZE) {
-			memmove(s->rbuf, s->rbuf + s->rstart, s->rend - s->rstart);
-			s->rend -= s->rstart;
-			s->rstart = 0;
-		}
+		if (s->rstart && s->rend == RBUF_SIZE)
+			rbuf_compact(s);
 		if (s->rend == RBUF_SIZE && pd_tls_ready(s->tls)) {
 			s->tls_full = true; /* more may wait inside TLS: pump again once there is room */
 			break;
@@ -783,7 +796,7 @@ static void take_frames(struct pd_session *s)
 	while (!s->failing && !s->closing && s->rstart < s->rend && can_take_frame(s)) {
 		struct pd_frame_hdr h;
 		const uint8_t *p;
-		size_t used = 0;
+		size_t at = s->rstart, used = 0;
 		int r = pd_frame_decode(s->dec, s->rbuf + s->rstart, s->rend - s->rstart, &used, &h, &p);
 		s->rstart += used;
 		if (r < 0) {
@@ -792,22 +805,25 @@ static void take_frames(struct pd_session *s)
 			session_fail(s, PD_ST_PROTOCOL, *why ? why : "protocol violation");
 			break;
 		}
+		if (r > 0)
+			handle_frame(s, &h, p);
+		/* Read bytes (a PASSWORD TLV, TLS plaintext) do not stay behind;
+		 * handle_frame copied what it keeps.  A failing session has wiped
+		 * its whole buffer, a closing one wipes it in on_close. */
+		if (!s->closing && s->rend >= at + used)
+			explicit_bzero(s->rbuf + at, used);
 		if (r == 0)
 			break;
-		handle_frame(s, &h, p);
 	}
 	if (s->closing)
 		return;
 	/* Ciphertext fed above goes to a worker now, in one job. */
 	if (s->rx && !s->failing)
 		pd_request_kick(s->rx);
-	if (s->rstart == s->rend) {
-		s->rstart = s->rend = 0;
-	} else if (s->rstart > RBUF_SIZE / 2) {
-		memmove(s->rbuf, s->rbuf + s->rstart, s->rend - s->rstart);
-		s->rend -= s->rstart;
-		s->rstart = 0;
-	}
+	if (s->rstart == s->rend)
+		s->rstart = s->rend = 0; /* all read, so all wiped */
+	else if (s->rstart > RBUF_SIZE / 2)
+		rbuf_compact(s);
 }
 
 static void process(struct pd_session *s)

@@ -161,3 +161,49 @@ def test_socket_mode_and_group(world, tmp_path):
         assert f"directory {shared} (mode 0777" in d.logtext()
     finally:
         assert d.stop() == 0
+
+
+def _memory_has(pid, needle):
+    """Whether needle is anywhere in the readable memory of process pid."""
+    found = False
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            f = line.split()
+            if "r" not in f[1] or (len(f) > 5 and f[5] in ("[vvar]", "[vsyscall]", "[vvar_vclock]")):
+                continue
+            lo, hi = (int(x, 16) for x in f[0].split("-"))
+            try:
+                mem.seek(lo)
+                if needle in mem.read(hi - lo):
+                    found = True
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.skipif(not os.access("/proc/self/mem", os.R_OK), reason="no /proc")
+def test_read_buffer_wiped(world, tmp_path):
+    """A DECRYPT's PASSWORD TLV does not stay in the session's read buffer
+    once the frame is read, nor after the connection ends."""
+    d = Daemon(world, tmp_path)
+    try:
+        marker = os.urandom(24).hex().encode()
+        plain, msg = world["msgs"][3]
+        c = d.client()
+        rid = c.new_id()
+        decrypt = struct.pack(">I", 0) + struct.pack(">BH", 0x02, len(marker)) + marker
+        # One write: the DECRYPT frame stays at the start of the read buffer.
+        c.send(frame(pdwire.DECRYPT, rid, decrypt) + frame(pdwire.DATA, rid, msg) + frame(pdwire.END, rid))
+        got, res, _ = c.read_reply(rid)
+        check_ok(got, res, plain)
+        try:
+            if not os.access(f"/proc/{d.proc.pid}/mem", os.R_OK) or not _memory_has(d.proc.pid, b"\x00" * 8):
+                pytest.skip("cannot read the daemon's memory (it is not dumpable: needs CAP_SYS_PTRACE)")
+        except PermissionError:
+            pytest.skip("cannot read the daemon's memory (it is not dumpable: needs CAP_SYS_PTRACE)")
+        assert not _memory_has(d.proc.pid, marker), "the password is still in the daemon's memory"
+        c.close()
+        time.sleep(0.5)
+        assert not _memory_has(d.proc.pid, marker), "the password is in the daemon's memory after close"
+    finally:
+        assert d.stop() == 0
