@@ -37,7 +37,7 @@ static const struct opt opts[] = {
 	{ "rsa-backend", 0, T_STR, O(rsa_backend), "openssl|gcrypt", "RSA private-key backend" },
 	{ "secmem-size", 0, T_SIZE, O(secmem_size), "BYTES", "locked secure memory for keys (default 4M)" },
 	{ "log-level", 0, T_LEVEL, O(log_level), "LEVEL", "err, warning, notice, info (default), debug" },
-	{ "queue-length", 0, T_UINT, O(queue_length), "N", "decryptions in progress at once; more get RETRY (default 512)" },
+	{ "queue-length", 0, T_UINT, O(queue_length), "N", "messages being decrypted at once (a request counts from its first ciphertext); more get OVERLOADED (default 512)" },
 	{ "max-connections", 0, T_UINT, O(max_connections), "N", "open connections (default 1024)" },
 	{ "max-connections-per-peer", 0, T_UINT, O(max_connections_per_peer), "N", "per uid or address, 0 = no limit (default 0)" },
 	{ "max-requests-per-connection", 0, T_UINT, O(max_requests_per_connection), "N", "pipelined requests (default 16)" },
@@ -55,7 +55,11 @@ static const struct opt opts[] = {
 	{ "max-verified-size", 0, T_SIZE, O(max_verified_size), "BYTES", "plaintext held for one verified-only request (default 64M)" },
 	{ "max-verified-total", 0, T_SIZE, O(max_verified_total), "BYTES", "plaintext held for all verified-only requests (default 256M)" },
 	{ "max-key-trials", 0, T_UINT, O(max_key_trials), "N", "private-key operations per message (default 8)" },
-	{ "max-argon2-memory", 0, T_SIZE, O(max_argon2_memory), "BYTES", "Argon2 memory a password-encrypted message may demand (default 256M)" },
+	{ "max-argon2-memory", 0, T_SIZE, O(max_argon2_memory), "BYTES", "Argon2 memory a password-encrypted message may demand, 0 = no Argon2 (default 256M)" },
+	{ "max-argon2-passes", 0, T_UINT, O(max_argon2_passes), "N", "Argon2 passes (t) a message may demand (default 8)" },
+	{ "max-argon2-lanes", 0, T_UINT, O(max_argon2_lanes), "N", "Argon2 lanes (p) a message may demand (default 16)" },
+	{ "max-skesk-trials", 0, T_UINT, O(max_skesk_trials), "N", "password-encrypted session key packets tried per message (default 4)" },
+	{ "max-kdf-work", 0, T_SIZE, O(max_kdf_work), "BYTES", "key derivation per message, as bytes hashed (Argon2: memory x passes / 2; default 256M, about 1 s)" },
 	{ "allow-sed", 0, T_BOOL, O(allow_sed), "BOOL", "decrypt SED packets without integrity (default no)" },
 	{ "socket-mode", 0, T_MODE, O(socket_mode), "OCTAL", "unix socket permissions (default 0660)" },
 	{ "socket-owner", 0, T_STR, O(socket_owner), "USER", "unix socket owner" },
@@ -93,6 +97,10 @@ static void set_defaults(struct pd_config *c)
 	c->request_buffer = 128u << 10;
 	c->max_key_trials = 8;
 	c->max_argon2_memory = 256ull << 20;
+	c->max_argon2_passes = 8;
+	c->max_argon2_lanes = 16;
+	c->max_skesk_trials = 4;
+	c->max_kdf_work = 256ull << 20;
 	c->max_verified_size = 64u << 20;
 	c->max_verified_total = 256u << 20;
 	c->socket_mode = 0660;
@@ -354,6 +362,10 @@ static int check(struct pd_config *c, char *err, size_t errlen)
 		return fail(err, errlen, "workers: at most 256");
 	if (!c->queue_length || !c->max_connections || !c->max_requests_per_connection)
 		return fail(err, errlen, "queue-length, max-connections and max-requests-per-connection must be at least 1");
+	if (!c->max_skesk_trials || !c->max_argon2_passes || !c->max_argon2_lanes)
+		return fail(err, errlen, "max-skesk-trials, max-argon2-passes and max-argon2-lanes must be at least 1");
+	if (c->max_kdf_work < (1u << 20) || c->max_kdf_work / (1u << 20) > UINT32_MAX)
+		return fail(err, errlen, "max-kdf-work must be between 1M and 4P");
 	if (c->max_frame_size < (16u << 10) || c->max_frame_size > (16u << 20))
 		return fail(err, errlen, "max-frame-size must be between 16K and 16M");
 	if (c->request_buffer < 4096 || c->request_buffer > (64u << 20))

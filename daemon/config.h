@@ -61,7 +61,9 @@ struct pd_config {
 	uint64_t max_verified_size; /* plaintext held for one verified-only request */
 	uint64_t max_verified_total;/* ... for all of them */
 	uint32_t max_key_trials;
-	uint64_t max_argon2_memory;  /* bytes; Argon2 of password-encrypted messages */
+	uint64_t max_argon2_memory;  /* bytes; Argon2 of password-encrypted messages (0: none) */
+	uint32_t max_argon2_passes, max_argon2_lanes, max_skesk_trials;
+	uint64_t max_kdf_work;       /* bytes hashed per message (Argon2: memory x passes / 2) */
 	bool allow_sed;
 
 	/* unix sockets */

@@ -40,8 +40,6 @@ struct pd_daemon {
 	struct pd_listener *listeners;
 	struct pd_session *sessions; /* doubly linked through session */
 	unsigned n_sessions;
-	unsigned n_active;           /* decryptions begun, not finished (global admission) */
-	uint64_t held_bytes;         /* plaintext held for verified-only requests, all sessions */
 	uint64_t unsent_bytes;       /* queued for writing on all sessions (sum of their wbytes) */
 	bool write_paused;           /* unsent_bytes reached max-write-buffer: back-pressure (iii) */
 	bool stopping;

@@ -19,6 +19,7 @@
 
 #include "pd-config.h"
 #include "config.h"
+#include "admission.h"
 #include "daemon.h"
 #include "keys.h"
 #include "listen.h"
@@ -81,14 +82,14 @@ static void finish(void)
 
 void pd_daemon_maybe_exit(void)
 {
-	if (pd_d.stopping && !pd_d.n_sessions && (!pd_d.n_active || m.drain_expired) && !pd_d.reloading)
+	if (pd_d.stopping && !pd_d.n_sessions && (!pd_adm_slots() || m.drain_expired) && !pd_d.reloading)
 		finish();
 }
 
 static void on_drain_timeout(uv_timer_t *t)
 {
 	pd_log_warn("SYS", "drain-timeout reached with %u messages in progress: closing connections",
-	            pd_d.n_active);
+	            pd_adm_slots());
 	m.drain_expired = true; /* requests with a job out are freed when it returns */
 	pd_sessions_close_all();
 	pd_daemon_maybe_exit();
@@ -100,7 +101,7 @@ static void stop(int signum)
 		return;
 	pd_d.stopping = true;
 	pd_log_info("SYS", "%s: stopping; %u messages in progress, %u connections",
-	            strsignal(signum), pd_d.n_active, pd_d.n_sessions);
+	            strsignal(signum), pd_adm_slots(), pd_d.n_sessions);
 	pd_notify_stopping();
 	pd_listeners_stop();
 	if (uv_timer_init(pd_d.loop, &m.drain_timer) == 0) {

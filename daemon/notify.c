@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "pd-config.h"
+#include "admission.h"
 #include "daemon.h"
 #include "keys.h"
 #include "log.h"
@@ -39,7 +40,7 @@ void pd_notify_status(void)
 {
 	char buf[256];
 	snprintf(buf, sizeof(buf), "STATUS=%zu keys, %u connections, %u messages in progress, %u queued",
-	         pd_d.keys ? pd_keyset_count(pd_d.keys) : 0, pd_d.n_sessions, pd_d.n_active,
+	         pd_d.keys ? pd_keyset_count(pd_d.keys) : 0, pd_d.n_sessions, pd_adm_slots(),
 	         pd_d.pool ? pd_pool_queued(pd_d.pool) : 0);
 	notify_send(buf);
 }

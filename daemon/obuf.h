@@ -62,12 +62,19 @@ static inline struct pd_obuf *pd_obuf_pop(struct pd_obuf_list *l)
 	return o;
 }
 
+/** Free one buffer, its bytes (plaintext) wiped first; accepts NULL. */
+static inline void pd_obuf_free(struct pd_obuf *o)
+{
+	if (!o)
+		return;
+	explicit_bzero(o->data, o->len);
+	free(o);
+}
+
 /** Free every buffer of the list (plaintext wiped first). */
 static inline void pd_obuf_list_clear(struct pd_obuf_list *l)
 {
 	struct pd_obuf *o;
-	while ((o = pd_obuf_pop(l))) {
-		explicit_bzero(o->data, o->len);
-		free(o);
-	}
+	while ((o = pd_obuf_pop(l)))
+		pd_obuf_free(o);
 }

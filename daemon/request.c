@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <gcrypt.h>
+
+#include "admission.h"
 #include "daemon.h"
 #include "frame.h"
 #include "keys.h"
@@ -31,8 +34,16 @@ struct pd_request {
 	bool input_ended;       /* END received */
 	bool verified_only, want_meta;
 	bool job_inflight;
-	bool counted;           /* holds one of pd_d.n_active */
+	bool slot;              /* holds an admission slot (see admission.h) */
+	bool stats_done;        /* its outcome is counted in the stats */
+	int cancel;             /* set (atomically) when answered with a job out: the engine stops */
 	enum wait wait;
+
+	/* Until its first ciphertext a request holds no slot and no buffers:
+	 * only what DECRYPT said (limits, the password in secure memory). */
+	struct pd_limits lim;
+	char *password;         /* gcry secure memory, until the message exists */
+	size_t password_len;
 
 	struct pd_msg *m;
 	struct pd_keyset *ks;
@@ -54,20 +65,57 @@ struct pd_request {
 	struct pd_obuf_list outq; /* encoded frames not yet taken by the session */
 	size_t out_limit;       /* back-pressure (ii) */
 	size_t held_limit;      /* verified-only: everything is held until DONE */
+	size_t held;            /* bytes of outq taken from the held budget */
+	uint16_t held_over;     /* verified-only: a hold limit was hit (LIMIT or
+	                         * OVERLOADED); plaintext is dropped, the message
+	                         * decrypted on, and the verdict decides */
 	uint32_t max_frame;
 	uint64_t bytes_in, max_in;
 	uint64_t t_start;       /* uv_hrtime() */
 	uint64_t deadline_ms;   /* uv_now() */
 };
 
-static void finish_count(struct pd_request *r, uint16_t status)
+/* The outcome goes into the stats once, when the request is answered. */
+static void count_outcome(struct pd_request *r, uint16_t status)
 {
-	if (!r->counted)
+	if (r->stats_done || !r->decrypt)
 		return;
-	r->counted = false;
-	pd_d.n_active--;
+	r->stats_done = true;
 	pd_stats_request(status, (double)(uv_hrtime() - r->t_start) / 1e9);
-	pd_daemon_maybe_exit();
+}
+
+/* The slot goes back once the request is answered and no job is out. */
+static void slot_release(struct pd_request *r)
+{
+	if (!r->slot || r->job_inflight)
+		return;
+	r->slot = false;
+	pd_adm_slot_give();
+}
+
+/* Verified-only plaintext held: taken per obuf, given back all at once. */
+static bool held_take(struct pd_request *r, size_t n)
+{
+	if (!pd_adm_held_take(n))
+		return false;
+	r->held += n;
+	return true;
+}
+
+static void held_release(struct pd_request *r)
+{
+	pd_adm_held_give(r->held);
+	r->held = 0;
+}
+
+static void drop_password(struct pd_request *r)
+{
+	if (!r->password)
+		return;
+	explicit_bzero(r->password, r->password_len);
+	gcry_free(r->password);
+	r->password = NULL;
+	r->password_len = 0;
 }
 
 static struct pd_request *alloc_req(struct pd_session *s, uint32_t id)
@@ -98,7 +146,7 @@ static struct pd_obuf *result_obuf(uint32_t id, uint16_t status, const char *err
 	snprintf(res.sentence, sizeof(res.sentence), "%s", sentence ? sentence : pd_status_text(status));
 	int n = pd_frame_encode_result(o->data, o->cap, id, &res, info);
 	if (n < 0) {
-		free(o);
+		pd_obuf_free(o);
 		return NULL;
 	}
 	o->len = (size_t)n;
@@ -118,20 +166,24 @@ void pd_request_abort(struct pd_request *r, uint16_t status, const char *sentenc
 		return;
 	r->answered = true;
 	/* Unsent plaintext of a failed message is provisional: drop it. */
-	if (r->verified_only)
-		pd_d.held_bytes -= r->outq.bytes;
 	pd_obuf_list_clear(&r->outq);
+	held_release(r);
 	drop_input(r);
+	drop_password(r);
 	struct pd_obuf *o = result_obuf(r->id, status, NULL, sentence, NULL, r->bytes_in, 0);
 	if (o)
-		pd_obuf_push(&r->outq, o);
-	if (!r->job_inflight && r->m) {
+		pd_obuf_push(&r->outq, o); /* never held: it is the answer */
+	if (r->job_inflight) {
+		/* The job's work is wasted: have the engine stop at its next
+		 * costly step.  The slot stays taken until the job is back. */
+		__atomic_store_n(&r->cancel, 1, __ATOMIC_RELAXED);
+	} else {
 		/* No worker holds it: free here (its handles are closed, not cached). */
 		r->m = pd_msg_free(r->m, NULL);
+		r->ks = pd_keyset_unref(r->ks); /* else a worker may be reading the key ring */
 	}
-	finish_count(r, status);
-	if (!r->job_inflight) /* a worker may be reading the key ring */
-		r->ks = pd_keyset_unref(r->ks);
+	count_outcome(r, status);
+	slot_release(r);
 	if (r->s)
 		pd_session_wake(r->s);
 }
@@ -325,9 +377,10 @@ static void free_req(struct pd_request *r)
 	if (r->m)
 		pd_msg_free(r->m, NULL);
 	pd_keyset_unref(r->ks);
-	if (r->verified_only && !r->terminal_taken)
-		pd_d.held_bytes -= r->outq.bytes;
 	pd_obuf_list_clear(&r->outq);
+	held_release(r);
+	drop_password(r);
+	slot_release(r);
 	/* Consumed ciphertext is wiped as it goes; only the rest is left. */
 	if (r->lin) {
 		explicit_bzero(r->lin, r->lin_len);
@@ -360,6 +413,27 @@ static void warn_split_failures(void)
 	said_ms = now;
 }
 
+/* Verified-only: take output o into the held budget.  Over a hold limit,
+ * the plaintext is dropped and the message decrypted on: whether the limit
+ * was hit depends on how much plaintext unauthenticated octets made, so
+ * only the final verdict may say it (LIMIT or OVERLOADED when the message
+ * verified, its own failure otherwise).  Returns o, or NULL when dropped. */
+static struct pd_obuf *hold(struct pd_request *r, struct pd_obuf *o)
+{
+	if (!r->held_over) {
+		if (r->held + o->len > r->held_limit)
+			r->held_over = PD_ST_LIMIT;
+		else if (!held_take(r, o->len))
+			r->held_over = PD_ST_OVERLOADED;
+		else
+			return o;
+		pd_obuf_list_clear(&r->outq);
+		held_release(r);
+	}
+	pd_obuf_free(o);
+	return NULL;
+}
+
 static void job_done(struct pd_job *j)
 {
 	struct pd_request *r = container_of(j, struct pd_request, job);
@@ -371,26 +445,21 @@ static void job_done(struct pd_job *j)
 
 	r->job_inflight = false;
 	if (!r->s) { /* the session went away while we worked */
-		if (o) {
-			explicit_bzero(o->data, o->len);
-			free(o);
-		}
-		finish_count(r, PD_ST_INTERNAL);
+		pd_obuf_free(o);
+		count_outcome(r, PD_ST_INTERNAL);
 		free_req(r);
 		return;
 	}
 	if (r->answered) { /* aborted (timeout, shutdown) while out: result already queued */
-		if (o) {
-			explicit_bzero(o->data, o->len);
-			free(o);
-		}
+		pd_obuf_free(o);
 		if (r->m)
 			r->m = pd_msg_free(r->m, NULL);
 		r->ks = pd_keyset_unref(r->ks);
+		slot_release(r);
 		return;
 	}
 	if (j->cancelled) {
-		free(o);
+		pd_obuf_free(o);
 		pd_request_abort(r, PD_ST_SHUTTING_DOWN, "the daemon is stopping");
 		return;
 	}
@@ -399,28 +468,32 @@ static void job_done(struct pd_job *j)
 		return;
 	}
 	pd_d.stats.bytes_out += r->job_plain;
-	if (r->job_terminal && r->job_status != PD_ST_OK && r->verified_only) {
-		pd_d.held_bytes -= r->outq.bytes; /* held plaintext never leaves */
+	if (r->verified_only && r->job_terminal && r->job_status != PD_ST_OK) {
+		/* held plaintext never leaves; o holds the RESULT alone */
 		pd_obuf_list_clear(&r->outq);
+		held_release(r);
+	} else if (r->verified_only) {
+		o = hold(r, o);
+		if (r->job_terminal && r->held_over) { /* verified, but too much to hold */
+			char why[160];
+			snprintf(why, sizeof(why), r->held_over == PD_ST_LIMIT ?
+			         "verified-only delivery holds at most %zu bytes of plaintext" :
+			         "verified-only delivery: plaintext held for all requests at its limit "
+			         "(max-verified-total); retry later", r->held_limit);
+			r->job_status = r->held_over;
+			o = result_obuf(r->id, r->held_over, NULL, why, NULL, r->bytes_in, 0);
+		}
 	}
-	if (o->len) {
+	if (o && o->len)
 		pd_obuf_push(&r->outq, o);
-		if (r->verified_only)
-			pd_d.held_bytes += o->len;
-	} else {
-		free(o);
-	}
+	else
+		pd_obuf_free(o);
 	if (r->job_terminal) {
 		r->answered = true;
 		drop_input(r);
-		finish_count(r, r->job_status);
+		count_outcome(r, r->job_status);
 		r->ks = pd_keyset_unref(r->ks);
-	} else if (r->verified_only && (r->outq.bytes > r->held_limit ||
-	                                pd_d.held_bytes > pd_d.cfg->max_verified_total)) {
-		char why[160];
-		snprintf(why, sizeof(why), "verified-only delivery holds at most %zu bytes of plaintext", r->held_limit);
-		pd_request_abort(r, r->outq.bytes > r->held_limit ? PD_ST_LIMIT : PD_ST_OVERLOADED, why);
-		return;
+		slot_release(r);
 	}
 	pd_request_kick(r);
 	pd_session_wake(r->s);
@@ -469,8 +542,6 @@ int pd_request_new_decrypt(struct pd_request **ret, struct pd_session *s, uint32
 {
 	const struct pd_config *c = pd_d.cfg;
 	struct pd_request *r = alloc_req(s, id);
-	struct pd_limits lim;
-	int err;
 
 	if (!r)
 		return -ENOMEM;
@@ -495,32 +566,59 @@ int pd_request_new_decrypt(struct pd_request **ret, struct pd_session *s, uint32
 		pd_request_abort(r, PD_ST_LIMIT, why);
 		return 0;
 	}
-	if (pd_d.n_active >= c->queue_length) {
-		pd_request_abort(r, PD_ST_OVERLOADED, "too many messages in progress; retry later");
-		return 0;
-	}
-	pd_limits_default(&lim);
-	lim.max_input = c->max_message_size;
-	lim.max_output = c->max_output_size;
+	pd_limits_default(&r->lim);
+	r->lim.max_input = c->max_message_size;
+	r->lim.max_output = c->max_output_size;
 	if (c->max_key_trials)
-		lim.max_key_trials = c->max_key_trials;
-	lim.allow_sed = c->allow_sed;
-	lim.max_argon2_kib = c->max_argon2_memory / 1024 > UINT32_MAX ? UINT32_MAX : (uint32_t)(c->max_argon2_memory / 1024);
+		r->lim.max_key_trials = c->max_key_trials;
+	r->lim.allow_sed = c->allow_sed;
+	/* max-argon2-memory 0 refuses Argon2: 1 KiB is below the smallest
+	 * memory an Argon2 S2K can ask for (8 KiB). */
+	r->lim.max_argon2_kib = c->max_argon2_memory / 1024 > UINT32_MAX ? UINT32_MAX :
+	                        c->max_argon2_memory < 1024 ? 1 : (uint32_t)(c->max_argon2_memory / 1024);
+	r->lim.max_argon2_passes = c->max_argon2_passes;
+	r->lim.max_argon2_lanes = c->max_argon2_lanes;
+	r->lim.max_skesk_trials = c->max_skesk_trials;
+	r->lim.max_kdf_mib = (uint32_t)(c->max_kdf_work >> 20);
 	/* The hand-off buffers must take any one DATA frame whole. */
 	r->in_cap = c->request_buffer > r->max_frame ? c->request_buffer : r->max_frame;
+	if (dr->password) {
+		r->password = gcry_malloc_secure(dr->password_len ? dr->password_len : 1);
+		if (!r->password) {
+			pd_request_abort(r, PD_ST_OVERLOADED, "out of memory; retry later");
+			return 0;
+		}
+		memcpy(r->password, dr->password, dr->password_len);
+		r->password_len = dr->password_len;
+	}
+	return 0;
+}
+
+/* The first ciphertext (or END): now the request has work for a worker.
+ * It takes its admission slot and its buffers; false when it was answered
+ * instead (OVERLOADED). */
+static bool activate(struct pd_request *r)
+{
+	if (r->slot) /* not r->m: a worker may be freeing it right now */
+		return true;
+	if (!pd_adm_slot_take()) {
+		pd_request_abort(r, PD_ST_OVERLOADED, "too many messages in progress; retry later");
+		return false;
+	}
+	r->slot = true;
 	r->lin = malloc(r->in_cap);
 	r->jin = malloc(r->in_cap);
-	err = (r->lin && r->jin) ? pd_msg_new(&r->m, &lim) : -ENOMEM;
-	if (err == 0 && dr->password)
-		err = pd_msg_set_password(r->m, (const char *)dr->password, dr->password_len);
+	int err = (r->lin && r->jin) ? pd_msg_new(&r->m, &r->lim) : -ENOMEM;
+	if (err == 0 && r->password)
+		err = pd_msg_set_password(r->m, r->password, r->password_len);
+	drop_password(r);
 	if (err < 0) {
 		pd_request_abort(r, PD_ST_OVERLOADED, "out of memory; retry later");
-		return 0;
+		return false;
 	}
+	pd_msg_set_cancel(r->m, &r->cancel);
 	r->ks = pd_keyset_ref(pd_d.keys);
-	r->counted = true;
-	pd_d.n_active++;
-	return 0;
+	return true;
 }
 
 int pd_request_new_done(struct pd_request **ret, struct pd_session *s, uint32_t id, struct pd_obuf_list *out)
@@ -545,7 +643,7 @@ void pd_request_free(struct pd_request *r)
 		return;
 	}
 	if (!r->answered)
-		finish_count(r, PD_ST_INTERNAL);
+		count_outcome(r, PD_ST_INTERNAL);
 	free_req(r);
 }
 
@@ -570,6 +668,8 @@ void pd_request_feed(struct pd_request *r, const uint8_t *p, size_t len)
 		return;
 	}
 	r->bytes_in += len;
+	if (len && !activate(r))
+		return;
 	if (len > r->in_cap - r->lin_len) { /* the session checks room; never overflow */
 		pd_request_abort(r, PD_ST_INTERNAL, "input buffer overflow");
 		return;
@@ -581,6 +681,8 @@ void pd_request_feed(struct pd_request *r, const uint8_t *p, size_t len)
 void pd_request_end(struct pd_request *r)
 {
 	r->input_ended = true;
+	if (r->decrypt && !r->answered && !activate(r))
+		return;
 	pd_request_kick(r);
 }
 
@@ -593,8 +695,7 @@ bool pd_request_take_output(struct pd_request *r, struct pd_obuf_list *out, bool
 	if (r->verified_only && !r->answered)
 		return false; /* held until the verdict */
 	if (r->answered) {
-		if (r->verified_only)
-			pd_d.held_bytes -= r->outq.bytes;
+		held_release(r);
 		r->terminal_taken = true;
 	}
 	struct pd_obuf *o;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admission.h"
 #include "daemon.h"
 #include "keys.h"
 #include "pgpdec.h"
@@ -79,8 +80,8 @@ char *pd_stats_render(size_t *ret_len)
 	put(&b, "# HELP pgpdecd_bytes_out_total Plaintext bytes produced.\n"
 	        "# TYPE pgpdecd_bytes_out_total counter\npgpdecd_bytes_out_total %llu\n",
 	    (unsigned long long)st->bytes_out);
-	put(&b, "# HELP pgpdecd_in_flight Decryptions in progress.\n"
-	        "# TYPE pgpdecd_in_flight gauge\npgpdecd_in_flight %u\n", pd_d.n_active);
+	put(&b, "# HELP pgpdecd_in_flight Messages being decrypted: admission slots taken (queue-length at most).\n"
+	        "# TYPE pgpdecd_in_flight gauge\npgpdecd_in_flight %u\n", pd_adm_slots());
 	put(&b, "# HELP pgpdecd_unsent_bytes Output queued for writing on all connections (max-write-buffer pauses decryption).\n"
 	        "# TYPE pgpdecd_unsent_bytes gauge\npgpdecd_unsent_bytes %llu\n", (unsigned long long)pd_d.unsent_bytes);
 	put(&b, "# HELP pgpdecd_write_paused 1 while decryption is paused because max-write-buffer is reached.\n"

@@ -138,6 +138,7 @@ struct pd_msg {
 	struct pd_aead *aead;
 	bool metadata_pending;
 	uint32_t n_ops;
+	const int *cancel;     /* caller's flag, read atomically between costly steps */
 };
 
 /* ------------------------------------------------------------------ */
@@ -1199,6 +1200,19 @@ int pd__msg_set_session_key(struct pd_msg *m, uint8_t algo, const uint8_t *key, 
 	return 0;
 }
 
+void pd_msg_set_cancel(struct pd_msg *m, const int *flag) { m->cancel = flag; }
+
+/* Has the caller given up on this message?  Then the costly step about to
+ * start (a round of pd_msg_step, a key derivation, a private-key trial)
+ * does not: the message fails with -ECANCELED. */
+static bool cancelled(struct pd_msg *m)
+{
+	if (!m->cancel || !__atomic_load_n(m->cancel, __ATOMIC_RELAXED))
+		return false;
+	fail(m, -ECANCELED, "cancelled by the caller");
+	return true;
+}
+
 const struct pd_msginfo *pd_msg_info(const struct pd_msg *m) { return &m->info; }
 const char *pd_msg_detail(const struct pd_msg *m) { return m->detail; }
 
@@ -1273,6 +1287,8 @@ int pd_msg_step(struct pd_msg *m, struct pd_worker *w, uint8_t *out, size_t cap,
 		return PD_EUSAGE;
 	for (;;) {
 		bool progress = false;
+		if (cancelled(m))
+			return m->err;
 		int r = run_input(m, &progress);
 		if (r < 0)
 			return r;
@@ -1413,6 +1429,10 @@ static int recover_skesk(struct pd_msg *m, struct pd_worker *w)
 	for (size_t p = 0; p < nplan; p++) {
 		const struct esk *e = &m->esks[plan[p]];
 		uint32_t ok = 0;
+		if (cancelled(m)) {
+			r = m->err;
+			goto out;
+		}
 		int er = pd_skesk_try(w, e->body, e->len, m->password, m->password_len, &m->lim, cand, &ok);
 		if (er < 0) { /* public: a v5/v6 tag mismatch, a setup failure */
 			last_err = er;
@@ -1536,6 +1556,10 @@ int pd_msg_recover_key(struct pd_msg *m, const struct pd_keyring *kr, struct pd_
 	for (size_t t = 0; t < ntr; t++) {
 		uint32_t ok = 0;
 		uint8_t sym = 0;
+		if (cancelled(m)) {
+			r = m->err;
+			goto out;
+		}
 		if (tr[t].p->version == 6 || m->info.container == 20)
 			sym = m->info.sym_algo;
 		int e = pd_unwrap(w, tr[t].k, tr[t].p, sym, cand, &ok);

@@ -278,6 +278,11 @@ PD_API int pd_msg_step(struct pd_msg *m, struct pd_worker *w, uint8_t *out, size
 PD_API int pd_msg_recover_key(struct pd_msg *m, const struct pd_keyring *kr, struct pd_worker *w);
 /** Supply a password for SKESK packets (before pd_msg_recover_key()). */
 PD_API int pd_msg_set_password(struct pd_msg *m, const char *pw, size_t len);
+/** Let the caller give up on a message from another thread: while *flag
+ * (read with an atomic load) is nonzero, the next costly step (a round of
+ * pd_msg_step(), a key derivation, a private-key trial) does not start and
+ * the call fails with -ECANCELED.  flag must outlive the message. */
+PD_API void pd_msg_set_cancel(struct pd_msg *m, const int *flag);
 /** Metadata gathered so far (complete after PD_STEP_DONE). */
 PD_API const struct pd_msginfo *pd_msg_info(const struct pd_msg *m);
 /** Sentence describing the last error (or "" if none). */

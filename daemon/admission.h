@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Admission: the budgets all requests share.  Each has this one owner, one
+ * take and one give back; others only ask.  Loop thread only.
+ *
+ *  - slots: messages being decrypted, at most queue-length.  A request
+ *    takes one when it first has work for a worker (its first DATA, or an
+ *    END), never for a DECRYPT frame alone, and gives it back only once it
+ *    is answered and no job of it is out, so a timed-out message whose job
+ *    still runs keeps its slot until the job returns.
+ *  - held: plaintext held back for verified-only requests, at most
+ *    max-verified-total for all of them.
+ */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/** Take a slot; false when queue-length are taken. */
+bool pd_adm_slot_take(void);
+/** Give one back (asserts one was taken). */
+void pd_adm_slot_give(void);
+/** Slots taken: messages in progress. */
+unsigned pd_adm_slots(void);
+
+/** Take n bytes of the held budget; false (nothing taken) when that would
+ * exceed max-verified-total. */
+bool pd_adm_held_take(size_t n);
+/** Give n bytes back (asserts they were taken). */
+void pd_adm_held_give(size_t n);
+/** Bytes held now, all requests. */
+uint64_t pd_adm_held(void);

@@ -1,0 +1,123 @@
+# SPDX-License-Identifier: MIT
+"""Admission against the real daemon: what a peer that sends little, or
+gives up, may hold of what others need.
+
+- A DECRYPT frame alone takes no slot: requests that never send ciphertext
+  do not lock other clients out (before: queue-length of them made every
+  other client OVERLOADED for up to message-timeout).
+- A request that times out keeps its slot until its job is back, and the
+  job stops at its next costly step (before: the slot was given back while
+  the job ran on, so message-timeout never stopped work and queue-length
+  was exceeded).
+- The verified-only held-plaintext budget cannot drift (before: each
+  aborted verified-only request subtracted its RESULT, never added, and the
+  counter wrapped below zero: every later verified-only message that needs
+  more than one job failed OVERLOADED until restart).
+- max-argon2-memory 0 refuses Argon2 (before: it meant no limit).
+
+Run: PD_BUILD_DIR=build /usr/bin/python3 -m pytest -q tests/integration/test_admission.py
+"""
+import os
+import struct
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import pdwire  # noqa: E402
+import pgp  # noqa: E402
+from pdwire import frame  # noqa: E402
+from test_daemon import Daemon, world  # noqa: E402,F401
+from test_password_costs import s2k_argon2, skesk_v4  # noqa: E402
+
+T_PASSWORD = 0x02
+
+
+def stats(d):
+    return pdwire.parse_prometheus(d.client().stats())
+
+
+def decrypt_with_password(c, data, password, flags=pdwire.F_VERIFIED_ONLY):
+    rid = c.new_id()
+    pw = password.encode()
+    c.send(frame(pdwire.DECRYPT, rid, struct.pack(">I", flags) + struct.pack(">BH", T_PASSWORD, len(pw)) + pw))
+    c.send(frame(pdwire.DATA, rid, data) + frame(pdwire.END, rid))
+    return rid
+
+
+@pytest.fixture
+def mkdaemon(world, tmp_path):
+    made = []
+
+    def make(*args):
+        d = Daemon(world, tmp_path, *args)
+        made.append(d)
+        return d
+    yield make
+    for d in made:
+        assert d.stop() == 0, d.logtext()
+
+
+def test_idle_decrypts_hold_no_slot(world, mkdaemon):
+    d = mkdaemon("--queue-length", "4")
+    idle = []
+    for _ in range(8):  # twice queue-length, on their own connections
+        c = d.client()
+        c.send(frame(pdwire.DECRYPT, c.new_id(), struct.pack(">I", 0)))
+        idle.append(c)
+    c = d.client()
+    for plain, msg in world["msgs"][:4]:
+        got, res, _ = c.decrypt(msg)
+        assert res["name"] == "OK" and got == plain, res
+    assert stats(d)["pgpdecd_in_flight"] == 0
+    for c in idle:
+        c.close()
+
+
+def test_timed_out_job_keeps_its_slot_and_stops(world, mkdaemon):
+    """One Argon2 derivation (256 MiB, 2 passes: about a second) and a
+    second one behind it; the message times out during the first."""
+    d = mkdaemon("--queue-length", "1", "--message-timeout", "200ms", "--max-kdf-work", "1G")
+    body = pgp.seipd_v1(os.urandom(32), pgp.literal(b"never read\n"))
+    msg = skesk_v4(s2k_argon2(2, 1, 18)) + skesk_v4(s2k_argon2(2, 1, 18, salt=b"another salt 16o")) + body
+    c = d.client()
+    t0 = time.monotonic()
+    _, res, _ = c.read_reply(decrypt_with_password(c, msg, "wrong"))
+    assert res["name"] == "TIMEOUT", res
+    # the job still derives: its slot is still taken, so a second message waits its turn
+    assert stats(d)["pgpdecd_in_flight"] == 1
+    plain, ct = world["msgs"][2]
+    got, res, _ = d.client().decrypt(ct)
+    assert res["name"] == "OVERLOADED", res
+    while stats(d)["pgpdecd_in_flight"] != 0:
+        assert time.monotonic() - t0 < 60
+        time.sleep(0.02)
+    freed = time.monotonic() - t0
+    got, res, _ = d.client().decrypt(ct)
+    assert res["name"] == "OK" and got == plain, res
+    print(f"\nslot given back {freed:.2f} s after the request (one derivation; both would take twice that)")
+
+
+def test_verified_only_budget_does_not_drift(world, mkdaemon):
+    d = mkdaemon("--message-timeout", "300ms")
+    big_plain, big = world["msgs"][6]  # 3 MB of plaintext: several jobs
+    assert len(big_plain) > 2 * 128 * 1024
+    for _ in range(5):  # verified-only requests that time out
+        c = d.client()
+        rid = c.new_id()
+        c.send(frame(pdwire.DECRYPT, rid, struct.pack(">I", pdwire.F_VERIFIED_ONLY)) + frame(pdwire.DATA, rid, big[:100]))
+        _, res, _ = c.read_reply(rid)
+        assert res["name"] == "TIMEOUT", res
+        c.close()
+    c = d.client()
+    got, res, _ = c.decrypt(big, flags=pdwire.F_VERIFIED_ONLY)
+    assert res["name"] == "OK" and got == big_plain, res
+
+
+def test_argon2_memory_zero_refuses_argon2(world, mkdaemon):
+    d = mkdaemon("--max-argon2-memory", "0")
+    body = pgp.seipd_v1(os.urandom(32), pgp.literal(b"x\n"))
+    c = d.client()
+    _, res, _ = c.read_reply(decrypt_with_password(c, skesk_v4(s2k_argon2(1, 1, 3)) + body, "pw"))
+    assert res["name"] == "LIMIT", res
