@@ -194,3 +194,23 @@ def test_real_error_only_after_the_mdc(oracle_daemon, world):
     res = check_identical(replies(c, [bytes(msg)] * 2, pdwire.F_VERIFIED_ONLY)
                           + replies(c, [bytes(msg)], 0), "forged")
     assert "48" not in res["sentence"], res
+
+
+def test_verified_only_hold_limit_waits_for_the_verdict(world, tmp_path):
+    """How much plaintext a forged message yields depends on its
+    unauthenticated octets: a verified-only hold limit hit before the MDC
+    must not answer LIMIT then.  The authentic message over the limit gets
+    LIMIT after its MDC verified; the same with one bit flipped near its
+    end gets the fixed INTEGRITY reply (before: LIMIT for both, at once)."""
+    d = Daemon(world, tmp_path, "--max-verified-size", "256K")
+    try:
+        plain, msg = world["msgs"][5]  # 1 MiB of random plaintext, no compression
+        assert len(plain) > 256 * 1024
+        c = d.client()
+        _, res, _ = c.read_reply(c.send_decrypt(msg, flags=pdwire.F_VERIFIED_ONLY))
+        assert res["name"] == "LIMIT", res
+        forged = bytearray(msg)
+        forged[-40] ^= 0x01
+        check_identical(replies(c, [bytes(forged)], pdwire.F_VERIFIED_ONLY), "forged, over the hold limit")
+    finally:
+        assert d.stop() == 0, d.logtext()
