@@ -12,12 +12,23 @@
  *         encrypts under a fixed AES-128 session key with a correct MDC, so
  *         the inner layers (packet stream, compressed packets, nested
  *         messages, one-pass signatures, literal data) see the fuzzer's bytes
- *         as they are and the integrity check passes.
+ *         as they are and the integrity check passes.  With bit 4 set too,
+ *         the same plaintext then runs again in a packet whose MDC does not
+ *         verify (bits 5-6 pick the forgery: the last or the first octet of
+ *         the SHA-1 flipped, the MDC packet's tag octet flipped, or the
+ *         ciphertext of the last plaintext octet flipped, which also garbles
+ *         the block after it).
  *
  * Beyond "no crash, no leak, no sanitizer report" it checks the engine's
  * promises: output never exceeds the buffer it was given or max_output,
  * DONE comes with integrity MDC/AEAD (never NONE), and after an error or
- * DONE the next step repeats it.
+ * DONE the next step repeats it.  Every failure leaves the message
+ * information scrubbed of what the decrypted octets and the key trials
+ * decided (no key, no literal, no compression, no signatures, integrity
+ * NONE, 0 octets out, no cipher for a SEIPD v1 / SED container).  A forged
+ * packet, whatever its plaintext, ends in PD_EINTEGRITY with the one fixed
+ * sentence and never in DONE: nothing observable may depend on octets the
+ * MDC did not authenticate.  An authentic one never gets that sentence.
  *
  * libFuzzer (from the source tree; PD_TEST_DATA points at tests/data):
  *   CC=clang meson setup build-fuzz -Db_sanitize=address,undefined \
@@ -50,13 +61,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define CHECK(x) do { if (!(x)) { fprintf(stderr, "fuzz-msg: check failed: %s\n", #x); abort(); } } while (0)
 
 #define MAX_OUTPUT (4u << 20)
+#define INTEGRITY_SENTENCE "integrity check failed: the message was modified, or the session key is wrong"
+
+enum forgery { F_NONE = -1, F_HASH_LAST, F_HASH_FIRST, F_MDC_TAG, F_PLAIN_LAST };
 #define MAX_INNER (1u << 20)
 
 static struct pd_keyring *kr;
 static struct pd_worker *wk;
 static bool verbose; /* FUZZ_MSG_VERBOSE=1: one line per input */
 
-static int run(const uint8_t *data, size_t size);
+static int run(const uint8_t *data, size_t size, enum forgery forge);
 
 static void init(void)
 {
@@ -82,13 +96,16 @@ static void init(void)
 	warm[0] = 5 << 1; /* outer, slice 4096 */
 	n = fread(warm + 1, 1, sizeof(warm) - 1, f);
 	fclose(f);
-	CHECK(run(warm, n + 1) == PD_STEP_DONE);
+	CHECK(run(warm, n + 1, F_NONE) == PD_STEP_DONE);
 }
 
 /* SEIPD v1 (tag 18, 5-octet length) around plain, under AES-128 key k:
  * CFB with a zero IV over prefix (16 random + 2 repeated) || plain ||
- * D3 14 || SHA-1 of all that before it. */
-static uint8_t *seipd_v1(const uint8_t *plain, size_t len, const uint8_t k[16], size_t *ret_len)
+ * D3 14 || SHA-1 of all that before it; then one ciphertext octet is
+ * flipped as forge says (F_NONE: none, the MDC verifies).  In CFB a flipped
+ * ciphertext octet flips the same plaintext octet and garbles the next
+ * block, so every forgery breaks the MDC. */
+static uint8_t *seipd_v1(const uint8_t *plain, size_t len, const uint8_t k[16], enum forgery forge, size_t *ret_len)
 {
 	size_t body = 1 + 18 + len + 22;
 	uint8_t *out = malloc(6 + body);
@@ -111,12 +128,38 @@ static uint8_t *seipd_v1(const uint8_t *plain, size_t len, const uint8_t k[16], 
 	CHECK(gcry_cipher_setkey(h, k, 16) == 0);
 	CHECK(gcry_cipher_encrypt(h, p, body - 1, NULL, 0) == 0);
 	gcry_cipher_close(h);
+	switch (forge) {
+	case F_NONE: break;
+	case F_HASH_LAST: p[39 + len] ^= 0x01; break;
+	case F_HASH_FIRST: p[20 + len] ^= 0x80; break;
+	case F_MDC_TAG: p[18 + len] ^= 0x40; break;
+	case F_PLAIN_LAST: p[17 + len] ^= 0x01; break; /* with no plaintext: the prefix's check octet */
+	}
 	*ret_len = 6 + body;
 	return out;
 }
 
-/* One input, as described at the top; returns the final step or error. */
-static int run(const uint8_t *data, size_t size)
+/* After any failure: nothing the decrypted octets or the key trials
+ * decided is left in the information (lib/msg.c scrub_info()). */
+static void check_scrubbed(const struct pd_msginfo *info)
+{
+	CHECK(info->pk_algo == 0);
+	CHECK(info->key_fpr_len == 0);
+	CHECK(!info->has_literal);
+	CHECK(info->literal_name_len == 0 && info->literal_date == 0 && info->literal_format == 0);
+	CHECK(info->n_compression == 0);
+	CHECK(info->n_issuers == 0);
+	CHECK(info->n_signatures == 0);
+	CHECK(info->integrity == PD_INTEGRITY_NONE);
+	CHECK(info->bytes_out == 0);
+	bool aead = info->container == 20 || (info->container == 18 && info->container_version == 2);
+	if (!aead) /* the cipher of a CFB container came from the unauthenticated session key */
+		CHECK(info->sym_algo == 0);
+}
+
+/* One input, as described at the top; returns the final step or error.
+ * forge != F_NONE (inner mode only): the MDC does not verify. */
+static int run(const uint8_t *data, size_t size, enum forgery forge)
 {
 	static const uint8_t sk[16] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 };
 	static const size_t slices[] = { 1, 3, 7, 64, 1000, 4096, 65536, 1 << 20 };
@@ -134,7 +177,7 @@ static int run(const uint8_t *data, size_t size)
 	size_t mlen = size;
 	const uint8_t *in = data;
 	if (inner) {
-		msg = seipd_v1(data, size, sk, &mlen);
+		msg = seipd_v1(data, size, sk, forge, &mlen);
 		in = msg;
 	}
 
@@ -198,6 +241,16 @@ static int run(const uint8_t *data, size_t size)
 		break; /* DONE or an error */
 	}
 	const struct pd_msginfo *info = pd_msg_info(m);
+	if (forge != F_NONE) {
+		CHECK(st == PD_EINTEGRITY);
+		CHECK(strcmp(pd_msg_detail(m), INTEGRITY_SENTENCE) == 0);
+		CHECK(info->container == 18 && info->container_version == 1);
+	} else if (inner && st < 0) {
+		/* The MDC verified: a deferred error is reported as itself. */
+		CHECK(strcmp(pd_msg_detail(m), INTEGRITY_SENTENCE) != 0);
+	}
+	if (st < 0)
+		check_scrubbed(info);
 	if (st == PD_STEP_DONE) {
 		CHECK(info->integrity == PD_INTEGRITY_MDC || info->integrity == PD_INTEGRITY_AEAD);
 		CHECK(info->bytes_out == total);
@@ -209,8 +262,8 @@ static int run(const uint8_t *data, size_t size)
 		CHECK(pd_msg_detail(m) != NULL);
 	}
 	if (verbose)
-		fprintf(stderr, "fuzz-msg: %s slice %zu: %s (%s), %llu octets out, integrity %d\n", inner ? "inner" : "outer",
-		        slice, st < 0 ? pd_errname(st) : st == PD_STEP_DONE ? "DONE" : "?", pd_msg_detail(m), (unsigned long long)total,
+		fprintf(stderr, "fuzz-msg: %s slice %zu: %s (%s), %llu octets out, integrity %d\n",
+		        forge != F_NONE ? "forged" : inner ? "inner" : "outer", slice, st < 0 ? pd_errname(st) : st == PD_STEP_DONE ? "DONE" : "?", pd_msg_detail(m), (unsigned long long)total,
 		        (int)info->integrity);
 	pd_msg_free(m, wk);
 	free(msg);
@@ -234,7 +287,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (!kr)
 		init();
-	if (size >= 1)
-		run(data, size);
+	if (size >= 1) {
+		run(data, size, F_NONE);
+		if ((data[0] & 0x11) == 0x11) /* inner, and forged too */
+			run(data, size, (enum forgery)((data[0] >> 5) & 3));
+	}
 	return 0;
 }

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 """Seeds for fuzz-msg (tests/fuzz/corpus/msg/): real messages from
 tests/data for the outer mode (first octet even) and hand-built inner packet
-streams for the inner mode (first octet odd; see fuzz-msg.c).  Run from the
+streams for the inner mode (first octet odd), the same streams with a
+forged MDC too (odd, bit 4 set; see fuzz-msg.c).  Run from the
 source tree: tests/fuzz/make-msg-corpus.py"""
 import os
 import struct
@@ -72,9 +73,12 @@ def main():
     }
     for f in sorted(os.listdir(os.path.join(SRC, "inflate"))):
         inner["inflate-" + f] = open(os.path.join(SRC, "inflate", f), "rb").read()
-    for name, data in inner.items():
+    for i, (name, data) in enumerate(inner.items()):
         seeds[f"inner-{name}"] = bytes([(5 << 1) | 1]) + data
         seeds[f"inner1-{name}"] = bytes([1]) + data
+        # bit 4: the same plaintext again with an MDC that does not verify,
+        # bits 5-6 the forgery (each seed gets one, in turn)
+        seeds[f"forged-{name}"] = bytes([(5 << 1) | 1 | 0x10 | (i % 4) << 5]) + data
     for name, data in seeds.items():
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(data)
