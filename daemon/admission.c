@@ -4,9 +4,11 @@
 
 #include "admission.h"
 #include "daemon.h"
+#include "pgpdec.h"
 
 static unsigned slots;
 static uint64_t held;
+static struct pd_budget *memory;
 
 bool pd_adm_slot_take(void)
 {
@@ -40,3 +42,10 @@ void pd_adm_held_give(size_t n)
 }
 
 uint64_t pd_adm_held(void) { return held; }
+
+struct pd_budget *pd_adm_memory(void)
+{
+	if (!memory)
+		pd_budget_new(&memory, pd_d.cfg->max_memory);
+	return memory;
+}

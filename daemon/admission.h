@@ -10,6 +10,11 @@
  *    still runs keeps its slot until the job returns.
  *  - held: plaintext held back for verified-only requests, at most
  *    max-verified-total for all of them.
+ *  - memory: what messages in progress allocate, at most max-memory: each
+ *    request's buffers (taken with its slot) and, through the engine's
+ *    pd_budget, its layers, decompressors, AEAD chunk buffer and Argon2
+ *    derivations.  Thread-safe (workers take from it too); the limit is
+ *    the one of the configuration loaded at start.
  */
 #pragma once
 #include <stdbool.h>
@@ -30,3 +35,7 @@ bool pd_adm_held_take(size_t n);
 void pd_adm_held_give(size_t n);
 /** Bytes held now, all requests. */
 uint64_t pd_adm_held(void);
+
+/** The memory budget (created on first use with max-memory); NULL only
+ * when it could not be allocated. */
+struct pd_budget *pd_adm_memory(void);

@@ -54,6 +54,7 @@ static const struct opt opts[] = {
 	{ "request-buffer", 0, T_SIZE, O(request_buffer), "BYTES", "ciphertext and plaintext buffered per request (default 128K)" },
 	{ "max-verified-size", 0, T_SIZE, O(max_verified_size), "BYTES", "plaintext held for one verified-only request (default 64M)" },
 	{ "max-verified-total", 0, T_SIZE, O(max_verified_total), "BYTES", "plaintext held for all verified-only requests (default 256M)" },
+	{ "max-memory", 0, T_SIZE, O(max_memory), "BYTES", "memory of all messages in progress: buffers, decompressors, AEAD chunks, Argon2 (default 1G)" },
 	{ "max-key-trials", 0, T_UINT, O(max_key_trials), "N", "private-key operations per message (default 8)" },
 	{ "max-argon2-memory", 0, T_SIZE, O(max_argon2_memory), "BYTES", "Argon2 memory a password-encrypted message may demand, 0 = no Argon2 (default 256M)" },
 	{ "max-argon2-passes", 0, T_UINT, O(max_argon2_passes), "N", "Argon2 passes (t) a message may demand (default 8)" },
@@ -103,6 +104,7 @@ static void set_defaults(struct pd_config *c)
 	c->max_kdf_work = 256ull << 20;
 	c->max_verified_size = 64u << 20;
 	c->max_verified_total = 256u << 20;
+	c->max_memory = 1ull << 30;
 	c->socket_mode = 0660;
 	c->tls_require_client_cert = true;
 	c->tls_handshake_timeout_ms = 10000;
@@ -251,7 +253,10 @@ static int set_opt(struct pd_config *c, const struct opt *o, const char *val, bo
 		} else if (o->off == offsetof(struct pd_config, max_message_size) ||
 		           o->off == offsetof(struct pd_config, max_output_size) ||
 		           o->off == offsetof(struct pd_config, max_verified_size) ||
-		           o->off == offsetof(struct pd_config, max_verified_total)) {
+		           o->off == offsetof(struct pd_config, max_verified_total) ||
+		           o->off == offsetof(struct pd_config, max_argon2_memory) ||
+		           o->off == offsetof(struct pd_config, max_kdf_work) ||
+		           o->off == offsetof(struct pd_config, max_memory)) {
 			*(uint64_t *)p = v;
 		} else {
 			if (v > SIZE_MAX / 4)
@@ -366,6 +371,8 @@ static int check(struct pd_config *c, char *err, size_t errlen)
 		return fail(err, errlen, "max-skesk-trials, max-argon2-passes and max-argon2-lanes must be at least 1");
 	if (c->max_kdf_work < (1u << 20) || c->max_kdf_work / (1u << 20) > UINT32_MAX)
 		return fail(err, errlen, "max-kdf-work must be between 1M and 4P");
+	if (c->max_memory < (16u << 20))
+		return fail(err, errlen, "max-memory must be at least 16M");
 	if (c->max_frame_size < (16u << 10) || c->max_frame_size > (16u << 20))
 		return fail(err, errlen, "max-frame-size must be between 16K and 16M");
 	if (c->request_buffer < 4096 || c->request_buffer > (64u << 20))

@@ -60,6 +60,7 @@ struct pd_config {
 	size_t request_buffer;      /* ciphertext/plaintext buffered per request, each way */
 	uint64_t max_verified_size; /* plaintext held for one verified-only request */
 	uint64_t max_verified_total;/* ... for all of them */
+	uint64_t max_memory;        /* messages in progress, all together (admission.h) */
 	uint32_t max_key_trials;
 	uint64_t max_argon2_memory;  /* bytes; Argon2 of password-encrypted messages (0: none) */
 	uint32_t max_argon2_passes, max_argon2_lanes, max_skesk_trials;

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h> /* explicit_bzero */
 #include <uv.h>
 
 struct pd_obuf {

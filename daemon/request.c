@@ -35,6 +35,7 @@ struct pd_request {
 	bool verified_only, want_meta;
 	bool job_inflight;
 	bool slot;              /* holds an admission slot (see admission.h) */
+	uint64_t mem;           /* its buffers' share of the memory budget */
 	bool stats_done;        /* its outcome is counted in the stats */
 	int cancel;             /* set (atomically) when answered with a job out: the engine stops */
 	enum wait wait;
@@ -390,6 +391,8 @@ static void free_req(struct pd_request *r)
 		explicit_bzero(r->jin, r->jin_len);
 		free(r->jin);
 	}
+	if (r->mem)
+		pd_budget_give(pd_adm_memory(), r->mem);
 	free(r);
 }
 
@@ -606,14 +609,26 @@ static bool activate(struct pd_request *r)
 		return false;
 	}
 	r->slot = true;
+	/* Its buffers: the two hand-off buffers, a job's output and as much
+	 * again queued (back-pressure (ii)); the engine takes its own share. */
+	uint64_t need = 2 * (uint64_t)r->in_cap + 2 * ((uint64_t)r->out_limit + 2 * PD_FRAME_STRUCT_MAX);
+	struct pd_budget *b = pd_adm_memory();
+	if (!b || pd_budget_take(b, need) < 0) {
+		pd_request_abort(r, PD_ST_OVERLOADED, "memory for messages in progress at its limit (max-memory); retry later");
+		return false;
+	}
+	r->mem = need;
 	r->lin = malloc(r->in_cap);
 	r->jin = malloc(r->in_cap);
 	int err = (r->lin && r->jin) ? pd_msg_new(&r->m, &r->lim) : -ENOMEM;
+	if (err == 0)
+		err = pd_msg_set_budget(r->m, b);
 	if (err == 0 && r->password)
 		err = pd_msg_set_password(r->m, r->password, r->password_len);
 	drop_password(r);
 	if (err < 0) {
-		pd_request_abort(r, PD_ST_OVERLOADED, "out of memory; retry later");
+		pd_request_abort(r, PD_ST_OVERLOADED, "out of memory, or memory for messages in progress at its limit "
+		                 "(max-memory); retry later");
 		return false;
 	}
 	pd_msg_set_cancel(r->m, &r->cancel);

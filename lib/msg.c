@@ -96,6 +96,8 @@ struct layer {
 	/* transform into the child layer */
 	enum xkind xk;
 	struct pd_inflate *z;
+	uint64_t zmem;         /* budget taken for z */
+	uint64_t bufmem;       /* budget taken for own (layers >= 1) */
 	uint64_t x_in, x_out;
 	bool x_ended;          /* the compressed stream ended; rest of the body ignored */
 };
@@ -139,33 +141,11 @@ struct pd_msg {
 	bool metadata_pending;
 	uint32_t n_ops;
 	const int *cancel;     /* caller's flag, read atomically between costly steps */
+	struct pd_budget *budget; /* shared memory budget, or NULL */
+	uint64_t mem;          /* taken from it, in all */
 };
 
-/* ------------------------------------------------------------------ */
-/* limits */
-
-void pd_limits_default(struct pd_limits *lim)
-{
-	*lim = (struct pd_limits){
-		.max_output = 4ull << 30,
-		.max_input = 0,
-		.max_ratio = 250,
-		.ratio_grace = 8u << 20,
-		.max_depth = 8,
-		.max_packets = 4096,
-		.max_partials = 1u << 22,
-		.max_esk = 1000,
-		.max_key_trials = 64,
-		.max_aead_chunk_log = 16,
-		.max_argon2_kib = 256u * 1024,
-		.max_s2k_count = 65011712,
-		.allow_sed = false,
-		.max_skesk_trials = 4,
-		.max_kdf_mib = 256,
-		.max_argon2_passes = 8,
-		.max_argon2_lanes = 16,
-	};
-}
+_Static_assert(PD_MSG_BASE_MEMORY == 2 * BUF_SIZE + COLL_MAX, "PD_MSG_BASE_MEMORY is the raw, armor and collector buffers");
 
 /* ------------------------------------------------------------------ */
 /* buffers */
@@ -333,6 +313,37 @@ static int fail_inner(struct pd_msg *m, size_t li, int err, const char *what)
 {
 	return fail_at(m, li, err, "%s: %s (layer %zu, offset %llu)", pd_strerror(err), what, li,
 	               (unsigned long long)m->layers[li].pkt_off);
+}
+
+/* ------------------------------------------------------------------ */
+/* memory budget */
+
+/* Take n octets of the shared budget for what the message is about to
+ * allocate: 0, or -ENOMEM when it does not fit. */
+static int mem_take(struct pd_msg *m, uint64_t n)
+{
+	if (!m->budget || !n)
+		return 0;
+	if (pd_budget_take(m->budget, n) < 0)
+		return -ENOMEM;
+	m->mem += n;
+	return 0;
+}
+
+static void mem_give(struct pd_msg *m, uint64_t n)
+{
+	if (!m->budget || !n)
+		return;
+	pd_budget_give(m->budget, n);
+	m->mem -= n;
+}
+
+/* Free layer L's decompressor and give its memory back. */
+static void zfree(struct pd_msg *m, struct layer *L)
+{
+	L->z = pd_inflate_free(L->z);
+	mem_give(m, L->zmem);
+	L->zmem = 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -606,19 +617,23 @@ static int push_layer(struct pd_msg *m, size_t li)
 		               m->lim.max_depth);
 	struct layer *c = &m->layers[m->depth];
 	*c = (struct layer){ 0 };
+	if (mem_take(m, BUF_SIZE) < 0)
+		return fail_at(m, li, -ENOMEM, "memory budget exhausted");
+	c->bufmem = BUF_SIZE;
+	m->depth++; /* from here pop_layer() gives it back */
 	int r = buf_init(&c->own);
 	if (r < 0)
 		return fail_at(m, li, r, "out of memory");
 	c->in = &c->own;
-	m->depth++;
 	return 0;
 }
 
 static void pop_layer(struct pd_msg *m)
 {
 	struct layer *c = &m->layers[--m->depth];
-	pd_inflate_free(c->z);
+	zfree(m, c);
 	buf_deinit(&c->own);
+	mem_give(m, c->bufmem);
 	*c = (struct layer){ 0 };
 }
 
@@ -676,8 +691,10 @@ static int collected(struct pd_msg *m, size_t li)
 			m->info.compression[m->info.n_compression++] = c[0];
 		/* A layer may hold several compressed packets one after the
 		 * other (not a valid message, but it must not leak either). */
-		pd_inflate_free(L->z);
-		L->z = NULL;
+		zfree(m, L);
+		if (mem_take(m, pd_inflate_memory(c[0])) < 0)
+			return fail_at(m, li, -ENOMEM, "memory budget exhausted");
+		L->zmem = pd_inflate_memory(c[0]);
 		r = pd_inflate_new(&L->z, c[0]);
 		if (r < 0)
 			return fail_at(m, li, r, "unsupported compression algorithm %u", c[0]);
@@ -835,8 +852,7 @@ static int run_deepest(struct pd_msg *m, uint8_t *out, size_t cap, size_t *ret_l
 				 * (Layer 0's decryption is not: its MDC or last tag
 				 * is checked when its own input ends.) */
 				if (L->xk == X_INFLATE) {
-					pd_inflate_free(L->z);
-					L->z = NULL;
+					zfree(m, L);
 					L->xk = X_NONE;
 				}
 				L->st = L_HEADER;
@@ -1041,8 +1057,7 @@ static void drain_inner(struct pd_msg *m)
 	while (m->depth > 2)
 		pop_layer(m);
 	struct layer *L = &m->layers[1];
-	pd_inflate_free(L->z);
-	L->z = NULL;
+	zfree(m, L);
 	L->xk = X_NONE;
 	L->st = L_DRAIN;
 	m->metadata_pending = false;
@@ -1058,6 +1073,10 @@ static int start_container(struct pd_msg *m, struct pd_worker *w)
 		r = pd_cfb_new(&m->cfb, w, m->sk, m->info.container == 9);
 		L->xk = X_CFB;
 	} else {
+		/* The chunk buffer the header asks for (given back with the message) */
+		if (m->chdr_len >= 4 && m->chdr[3] <= PD_MIN(m->lim.max_aead_chunk_log, 16u) &&
+		    mem_take(m, pd_aead_memory(m->chdr[3])) < 0)
+			return fail(m, -ENOMEM, "memory budget exhausted");
 		r = pd_aead_new(&m->aead, w, m->info.container, m->chdr, m->chdr_len, m->sk, &m->lim);
 		L->xk = X_AEAD;
 	}
@@ -1107,7 +1126,7 @@ struct pd_msg *pd_msg_free(struct pd_msg *m, struct pd_worker *w)
 		return NULL;
 	while (m->depth > 1)
 		pop_layer(m);
-	pd_inflate_free(m->layers[0].z);
+	zfree(m, &m->layers[0]);
 	buf_deinit(&m->layers[0].own);
 	buf_deinit(&m->raw);
 	pd_cfb_free(m->cfb, w);
@@ -1129,6 +1148,7 @@ struct pd_msg *pd_msg_free(struct pd_msg *m, struct pd_worker *w)
 		pd_wipe(m->password, m->password_len);
 		gcry_free(m->password);
 	}
+	mem_give(m, m->mem); /* the base buffers, the chunk buffer */
 	free(m);
 	return NULL;
 }
@@ -1201,6 +1221,18 @@ int pd__msg_set_session_key(struct pd_msg *m, uint8_t algo, const uint8_t *key, 
 }
 
 void pd_msg_set_cancel(struct pd_msg *m, const int *flag) { m->cancel = flag; }
+
+int pd_msg_set_budget(struct pd_msg *m, struct pd_budget *b)
+{
+	if (m->budget)
+		return PD_EUSAGE;
+	m->budget = b;
+	if (mem_take(m, PD_MSG_BASE_MEMORY) < 0) {
+		m->budget = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
 
 /* Has the caller given up on this message?  Then the costly step about to
  * start (a round of pd_msg_step, a key derivation, a private-key trial)
@@ -1428,12 +1460,20 @@ static int recover_skesk(struct pd_msg *m, struct pd_worker *w)
 	uint32_t found = 0;
 	for (size_t p = 0; p < nplan; p++) {
 		const struct esk *e = &m->esks[plan[p]];
+		struct pd_skesk s;
 		uint32_t ok = 0;
 		if (cancelled(m)) {
 			r = m->err;
 			goto out;
 		}
+		/* Argon2's memory, for the time of the derivation (the plan parsed it) */
+		uint64_t amem = pd_skesk_parse(e->body, e->len, &s) == 0 && s.s2k.type == 4 ? (1024ull << s.s2k.m) : 0;
+		if (mem_take(m, amem) < 0) {
+			r = fail(m, -ENOMEM, "memory budget exhausted");
+			goto out;
+		}
 		int er = pd_skesk_try(w, e->body, e->len, m->password, m->password_len, &m->lim, cand, &ok);
+		mem_give(m, amem);
 		if (er < 0) { /* public: a v5/v6 tag mismatch, a setup failure */
 			last_err = er;
 			continue;

@@ -101,6 +101,22 @@ struct pd_limits { /* public, by value */
 /** Fill *lim with defaults that stop decompression bombs and DoS costs. */
 PD_API void pd_limits_default(struct pd_limits *lim);
 
+/* A memory budget several messages (on any threads) draw from: what a
+ * message allocates beyond its fixed buffers and because of what the
+ * sender chose (layers of compressed data and their decompressor state,
+ * an AEAD chunk buffer, Argon2 memory during a derivation) is taken from
+ * it first, and given back when freed.  A take that does not fit fails the
+ * message with -ENOMEM ("memory budget exhausted").  A caller may take and
+ * give on it too (e.g. for its own per-request buffers). */
+struct pd_budget;
+PD_API int pd_budget_new(struct pd_budget **ret, uint64_t limit);
+PD_API struct pd_budget *pd_budget_free(struct pd_budget *b);
+/** 0, or -ENOMEM (nothing taken) when used + n would pass the limit. */
+PD_API int pd_budget_take(struct pd_budget *b, uint64_t n);
+PD_API void pd_budget_give(struct pd_budget *b, uint64_t n);
+PD_API uint64_t pd_budget_used(const struct pd_budget *b);
+PD_API uint64_t pd_budget_limit(const struct pd_budget *b);
+
 /* --------------------------------------------------------------------- */
 /* Key ring: transferable secret keys, unlocked once. */
 
@@ -283,6 +299,12 @@ PD_API int pd_msg_set_password(struct pd_msg *m, const char *pw, size_t len);
  * pd_msg_step(), a key derivation, a private-key trial) does not start and
  * the call fails with -ECANCELED.  flag must outlive the message. */
 PD_API void pd_msg_set_cancel(struct pd_msg *m, const int *flag);
+/** Draw this message's memory from b (before the first pd_msg_step(); b
+ * must outlive the message).  Its fixed buffers (PD_MSG_BASE_MEMORY) are
+ * taken at once: -ENOMEM when they do not fit. */
+PD_API int pd_msg_set_budget(struct pd_msg *m, struct pd_budget *b);
+/** The fixed buffers of a message: input and armor buffers, packet collector. */
+#define PD_MSG_BASE_MEMORY (2u * 65536u + 8192u)
 /** Metadata gathered so far (complete after PD_STEP_DONE). */
 PD_API const struct pd_msginfo *pd_msg_info(const struct pd_msg *m);
 /** Sentence describing the last error (or "" if none). */

@@ -41,6 +41,11 @@ struct pd_aead {
 	int err;                /* sticky failure */
 };
 
+uint64_t pd_aead_memory(uint8_t c)
+{
+	return sizeof(struct pd_aead) + ((uint64_t)1 << (PD_MIN(c, CHUNK_LOG_MAX) + 6)) + 2 * TAGLEN;
+}
+
 int pd_aead_header_len(uint8_t tag, const uint8_t *hdr4, size_t *ret_len)
 {
 	size_t len;

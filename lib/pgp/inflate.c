@@ -22,6 +22,18 @@ struct pd_inflate {
 	} u;
 };
 
+uint64_t pd_inflate_memory(uint8_t algo)
+{
+	switch (algo) {
+	case 1: case 2: /* the state, the 32 KiB window */
+		return sizeof(struct pd_inflate) + (48u << 10);
+	case 3: /* bzip2, small=0: 64 KiB + 4 x 900k block arrays at level 9 */
+		return sizeof(struct pd_inflate) + 3700000u;
+	default:
+		return sizeof(struct pd_inflate);
+	}
+}
+
 int pd_inflate_new(struct pd_inflate **ret, uint8_t algo)
 {
 	if (algo > 3)

@@ -13,6 +13,9 @@ struct pd_inflate;
 
 /** New decompressor for OpenPGP compression id algo (0-3); PD_EUNSUPPORTED otherwise. */
 PD_HIDDEN int pd_inflate_new(struct pd_inflate **ret, uint8_t algo);
+/** Memory a decompressor for algo may allocate, at most (what the message
+ * takes from its budget before pd_inflate_new()). */
+PD_HIDDEN uint64_t pd_inflate_memory(uint8_t algo);
 /** Transform: returns 0 (more input or room needed), 1 when the compressed
  * stream has ended (no more output; extra input is left unconsumed), or a
  * negative error.  eof: no more input follows (then an unfinished stream is

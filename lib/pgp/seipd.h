@@ -37,6 +37,8 @@ PD_HIDDEN int pd_aead_header_len(uint8_t tag, const uint8_t *hdr4, size_t *ret_l
  * sk->algo must equal the header's cipher or be 0 (unbound), and sk->len its
  * key length (checked; a mismatch is PD_EINTEGRITY).  Chunk octets above
  * lim->max_aead_chunk_log are PD_ELIMIT. */
+/** Memory an AEAD container with chunk octet c allocates (its chunk buffer). */
+PD_HIDDEN uint64_t pd_aead_memory(uint8_t c);
 PD_HIDDEN int pd_aead_new(struct pd_aead **ret, struct pd_worker *w, uint8_t tag, const uint8_t *hdr,
                           size_t hdrlen, const struct pd_sesskey *sk, const struct pd_limits *lim);
 PD_HIDDEN int pd_aead_run(struct pd_aead *a, const uint8_t *in, size_t inlen, size_t *ret_used,

@@ -42,7 +42,7 @@ def decrypt_with_password(c, data, password, flags=pdwire.F_VERIFIED_ONLY):
     rid = c.new_id()
     pw = password.encode()
     c.send(frame(pdwire.DECRYPT, rid, struct.pack(">I", flags) + struct.pack(">BH", T_PASSWORD, len(pw)) + pw))
-    c.send(frame(pdwire.DATA, rid, data) + frame(pdwire.END, rid))
+    c.send_rest(rid, data)
     return rid
 
 
@@ -121,3 +121,67 @@ def test_argon2_memory_zero_refuses_argon2(world, mkdaemon):
     c = d.client()
     _, res, _ = c.read_reply(decrypt_with_password(c, skesk_v4(s2k_argon2(1, 1, 3)) + body, "pw"))
     assert res["name"] == "LIMIT", res
+
+
+def ocb_message(tmp_path, size, chunk):
+    """SKESK v6 + SEIPD v2 OCB with chunk octet `chunk` (tests/tools/pd-test-encrypt)."""
+    import subprocess
+    from test_daemon import BUILD
+    src, out, pw = tmp_path / "ocb.in", tmp_path / "ocb.pgp", tmp_path / "ocb.pw"
+    src.write_bytes(os.urandom(size))
+    pw.write_text("pw\n")
+    subprocess.run([os.path.join(BUILD, "tests", "tools", "pd-test-encrypt"), "--format", "v2", "--aead", "ocb",
+                    "--chunk", str(chunk), "--partial", "none", "--password-file", str(pw), "--seed", "7",
+                    str(src), str(out)], check=True, capture_output=True)
+    return src.read_bytes(), out.read_bytes()
+
+
+def test_memory_budget_bounds_stalled_requests(world, mkdaemon, tmp_path):
+    """24 OCB requests with 4 MiB chunks, each stalled after 64 KiB: only
+    what max-memory allows starts (before: all 24, RSS +110 MB); the others
+    are OVERLOADED at once, and once the stalled ones are gone the budget
+    is whole again."""
+    plain, msg = ocb_message(tmp_path, 6 << 20, 16)
+    d = mkdaemon("--max-memory", "16M")
+    rss0 = d.rss_kib()
+    stalled, refused = [], 0
+    for _ in range(24):
+        c = d.client()
+        rid = decrypt_with_password_start(c, msg[:64 << 10], "pw")
+        stalled.append((c, rid))
+    time.sleep(1.0)  # let the jobs start their containers
+    for c, rid in stalled:
+        c.s.settimeout(0.5)
+        try:
+            _, res, _ = c.read_reply(rid)
+            assert res["name"] == "OVERLOADED", res
+            refused += 1
+        except OSError:
+            pass  # stalled: no reply yet
+    grown = d.rss_kib() - rss0
+    print(f"\n24 stalled 4 MiB-chunk requests under max-memory 16M: {24 - refused} started, "
+          f"{refused} OVERLOADED, RSS +{grown / 1024:.1f} MiB")
+    assert 1 <= 24 - refused <= 4, refused
+    assert grown < 40 * 1024, grown
+    for c, _ in stalled:
+        c.close()
+    deadline = time.time() + 30
+    while stats(d)["pgpdecd_in_flight"] != 0:
+        assert time.time() < deadline
+        time.sleep(0.05)
+    # the budget came back whole: four large messages in a row still fit one at a time
+    c = d.client()
+    for _ in range(4):
+        rid = decrypt_with_password(c, msg, "pw", flags=0)
+        got, res, _ = c.read_reply(rid)
+        assert res["name"] == "OK" and got == plain, res
+
+
+def decrypt_with_password_start(c, data, password):
+    """DECRYPT with a password and some DATA, no END."""
+    rid = c.new_id()
+    pw = password.encode()
+    c.send(frame(pdwire.DECRYPT, rid, struct.pack(">I", 0) + struct.pack(">BH", T_PASSWORD, len(pw)) + pw))
+    for o in range(0, len(data), 60000):
+        c.send(frame(pdwire.DATA, rid, data[o:o + 60000]))
+    return rid

@@ -66,6 +66,7 @@ struct result {
 /* Decrypt msg (len) with the given session key, input in slices of `slice`,
  * output through a buffer of `cap` octets. */
 static const char *password; /* when set, run() recovers the key from SKESKs */
+static struct pd_budget *budget; /* when set, run() draws the message's memory from it */
 
 static struct result run(const uint8_t *msg, size_t len, uint8_t algo, const uint8_t *key, size_t klen,
                          size_t slice, size_t cap, const struct pd_limits *lim)
@@ -76,6 +77,8 @@ static struct result run(const uint8_t *msg, size_t len, uint8_t algo, const uin
 	size_t pos = 0, outcap = 1024;
 	res.out = malloc(outcap);
 	assert_int_equal(pd_msg_new(&m, lim), 0);
+	if (budget)
+		assert_int_equal(pd_msg_set_budget(m, budget), 0);
 	for (;;) {
 		size_t n = 0;
 		int r = pd_msg_step(m, NULL, buf, cap, &n);
@@ -317,6 +320,45 @@ static void test_passwords(void **state)
 	}
 }
 
+/* The memory budget: every fixture within a roomy one gives it all back;
+ * a bzip2 layer (3.7 MB of state) does not fit a small one: -ENOMEM once
+ * the MDC verified, the fixed integrity failure when it does not (the
+ * layer is unauthenticated data), and the budget is whole again after. */
+static void test_budget(void **state)
+{
+	(void)state;
+	uint8_t *msg, algo, key[32];
+	size_t mlen, klen;
+
+	assert_int_equal(pd_budget_new(&budget, 64u << 20), 0);
+	for (size_t f = 0; f < PD_ARRAY_SIZE(fixtures); f++) {
+		load(fixtures[f], &msg, &mlen, &algo, key, &klen);
+		struct result r = run(msg, mlen, algo, key, klen, 4096, 65536, NULL);
+		if (r.rc != 0)
+			fail_msg("%s: %s: %s", fixtures[f], pd_errname(r.rc), r.detail);
+		assert_int_equal(pd_budget_used(budget), 0);
+		free(r.out);
+		free(msg);
+	}
+	budget = pd_budget_free(budget);
+
+	assert_int_equal(pd_budget_new(&budget, PD_MSG_BASE_MEMORY + 2 * 65536 + (1u << 20)), 0);
+	load("cast5-bzip2", &msg, &mlen, &algo, key, &klen);
+	struct result r = run(msg, mlen, algo, key, klen, 4096, 65536, NULL);
+	assert_int_equal(r.rc, -ENOMEM);
+	assert_non_null(strstr(r.detail, "memory budget"));
+	assert_int_equal(pd_budget_used(budget), 0);
+	free(r.out);
+	msg[mlen - 3] ^= 1; /* inside the MDC */
+	r = run(msg, mlen, algo, key, klen, 4096, 65536, NULL);
+	assert_int_equal(r.rc, PD_EINTEGRITY);
+	assert_string_equal(r.detail, "integrity check failed: the message was modified, or the session key is wrong");
+	assert_int_equal(pd_budget_used(budget), 0);
+	free(r.out);
+	free(msg);
+	budget = pd_budget_free(budget);
+}
+
 int main(void)
 {
 	pd_lib_init(0);
@@ -328,6 +370,7 @@ int main(void)
 		cmocka_unit_test(test_output_limit),
 		cmocka_unit_test(test_garbage),
 		cmocka_unit_test(test_passwords),
+		cmocka_unit_test(test_budget),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
