@@ -25,6 +25,39 @@
 #define SWEEP_MS 250
 #define REFUSAL_LOG_MS 60000 /* one log line a minute at most per connection limit */
 
+/* A session's lifecycle, in order.  Only set_state() moves it, and only
+ * along the arrows of next_ok[]: a state is never re-entered, so a second
+ * close, a second ERROR or a half-close before the ERROR cannot happen
+ * unnoticed.
+ *
+ *   ACCEPTED -> HANDSHAKE (TLS) -> HELLO -> OPEN -> FAILING -> SHUT
+ *          `-----------------------^  any of them ---------------> CLOSING
+ */
+enum sstate {
+	SS_ACCEPTED,  /* allocated, accepted into; pd_session_start not yet run */
+	SS_HANDSHAKE, /* TLS handshake under way (tls-handshake-timeout) */
+	SS_HELLO,     /* waiting for the client's HELLO */
+	SS_OPEN,      /* HELLO exchanged: serving requests */
+	SS_FAILING,   /* ERROR frame queued, requests dropped, input read and dropped */
+	SS_SHUT,      /* ERROR written and half-closed: lingering for the peer's EOF */
+	SS_CLOSING,   /* uv_close called: on_close frees */
+};
+
+#define SS_BIT(x) (1u << (x))
+static const unsigned next_ok[] = {
+	[SS_ACCEPTED] = SS_BIT(SS_HANDSHAKE) | SS_BIT(SS_HELLO) | SS_BIT(SS_CLOSING),
+	[SS_HANDSHAKE] = SS_BIT(SS_HELLO) | SS_BIT(SS_CLOSING),
+	[SS_HELLO] = SS_BIT(SS_OPEN) | SS_BIT(SS_FAILING) | SS_BIT(SS_CLOSING),
+	[SS_OPEN] = SS_BIT(SS_FAILING) | SS_BIT(SS_CLOSING),
+	[SS_FAILING] = SS_BIT(SS_SHUT) | SS_BIT(SS_CLOSING),
+	[SS_SHUT] = SS_BIT(SS_CLOSING),
+	[SS_CLOSING] = 0,
+};
+static const char *const sstate_name[] = {
+	[SS_ACCEPTED] = "ACCEPTED", [SS_HANDSHAKE] = "HANDSHAKE", [SS_HELLO] = "HELLO", [SS_OPEN] = "OPEN",
+	[SS_FAILING] = "FAILING",   [SS_SHUT] = "SHUT",           [SS_CLOSING] = "CLOSING",
+};
+
 struct pd_session {
 	struct pd_session *prev, *next; /* pd_d.sessions */
 	struct pd_session *run_next;    /* wake list */
@@ -37,14 +70,14 @@ struct pd_session {
 	} io;
 	struct pd_listener *ls;
 	enum pd_peer_kind kind;
-	bool linked;        /* in pd_d.sessions (every accepted connection) */
+	enum sstate state;  /* set_state() only */
 	bool started;       /* counted in pd_d.n_sessions (accepted and not refused) */
 	char peer[64];      /* "uid 1000" / "192.0.2.1": per-peer limit key, debug logs */
 
 	struct pd_frame_decoder *dec;
 	uint8_t *rbuf;
 	size_t rstart, rend;
-	bool reading, eof, hello_done, closing, failing, throttled, shut;
+	bool reading, eof, throttled;
 	bool tls_full;            /* the TLS layer stopped for want of read-buffer room */
 	uv_shutdown_t shutdown_req;
 
@@ -92,6 +125,24 @@ static void update_reading(struct pd_session *s);
 static void finish_fail(struct pd_session *s);
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 static void on_idle(uv_idle_t *h);
+
+/* ---------------------------------------------------------------- */
+/* Lifecycle state */
+
+/* The one place the state moves.  An arrow not in next_ok[] is a bug that
+ * would free or write through a session twice: abort, whatever NDEBUG says. */
+static void set_state(struct pd_session *s, enum sstate to)
+{
+	if (!(next_ok[s->state] & SS_BIT(to))) {
+		pd_log_err("SYS", "session state %s -> %s is not allowed", sstate_name[s->state], sstate_name[to]);
+		abort();
+	}
+	s->state = to;
+}
+
+static bool is_closing(const struct pd_session *s) { return s->state == SS_CLOSING; }
+/* FAILING, SHUT or CLOSING: no more frames are taken or answered. */
+static bool is_ending(const struct pd_session *s) { return s->state >= SS_FAILING; }
 
 /* ---------------------------------------------------------------- */
 /* Reply ring */
@@ -152,9 +203,9 @@ static void on_close(uv_handle_t *h)
 
 void pd_session_close(struct pd_session *s)
 {
-	if (s->closing)
+	if (is_closing(s))
 		return;
-	s->closing = true;
+	set_state(s, SS_CLOSING);
 	if (s->woken) { /* on_close may run before the idle callback */
 		for (struct pd_session **pp = &g.run; *pp; pp = &(*pp)->run_next)
 			if (*pp == s) {
@@ -164,14 +215,12 @@ void pd_session_close(struct pd_session *s)
 		s->woken = false;
 	}
 	drop_requests(s);
-	if (s->linked) {
-		if (s->prev)
-			s->prev->next = s->next;
-		else
-			pd_d.sessions = s->next;
-		if (s->next)
-			s->next->prev = s->prev;
-	}
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		pd_d.sessions = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
 	if (s->started)
 		pd_d.n_sessions--;
 	/* Pending writes complete with UV_ECANCELED before on_close. */
@@ -191,7 +240,7 @@ void pd_session_close(struct pd_session *s)
  * to connections x write-high-watermark. */
 static void resume(struct pd_session *s)
 {
-	if (s->closing || (!s->rq_n && !s->rx))
+	if (is_closing(s) || (!s->rq_n && !s->rx))
 		return;
 	for (unsigned i = 0; i < s->rq_n; i++)
 		pd_request_kick(rq_at(s, i));
@@ -234,14 +283,14 @@ static void on_write(uv_write_t *wr, int status)
 	free(o);
 	unsent_sub(s, n);
 	s->last_write = uv_now(pd_d.loop);
-	if (s->closing)
+	if (is_closing(s))
 		return;
 	if (status < 0) {
 		pd_log_debug("NET", "%s: write failed: %s", s->peer, uv_strerror(status));
 		pd_session_close(s);
 		return;
 	}
-	if (s->failing) {
+	if (is_ending(s)) {
 		if (!s->wbytes)
 			finish_fail(s);
 		return;
@@ -259,7 +308,7 @@ static void write_raw(struct pd_session *s, struct pd_obuf *o)
 	size_t off = 0;
 	int r;
 
-	if (s->closing) {
+	if (is_closing(s)) {
 		explicit_bzero(o->data, o->len);
 		free(o);
 		return;
@@ -317,7 +366,7 @@ static void tls_push(void *user, const uint8_t *p, size_t len)
 /* Frames to the peer: through TLS when the session has it. */
 static void write_obuf(struct pd_session *s, struct pd_obuf *o)
 {
-	if (!s->tls || s->closing) {
+	if (!s->tls || is_closing(s)) {
 		write_raw(s, o);
 		return;
 	}
@@ -340,7 +389,7 @@ static void write_list(struct pd_session *s, struct pd_obuf_list *l)
 static void on_shutdown(uv_shutdown_t *req, int status)
 {
 	struct pd_session *s = req->data;
-	if (status < 0 && !s->closing)
+	if (status < 0 && !is_closing(s))
 		pd_session_close(s);
 }
 
@@ -349,9 +398,9 @@ static void on_shutdown(uv_shutdown_t *req, int status)
  * ERROR frame before the peer reads it); the sweep ends the linger. */
 static void finish_fail(struct pd_session *s)
 {
-	if (s->shut || s->closing)
-		return;
-	s->shut = true;
+	if (s->state != SS_FAILING)
+		return; /* already half-closed, or closed */
+	set_state(s, SS_SHUT);
 	if (s->tls)
 		pd_tls_bye(s->tls); /* close_notify goes out before the FIN */
 	s->shutdown_req.data = s;
@@ -362,13 +411,13 @@ static void finish_fail(struct pd_session *s)
 /* Send an ERROR frame and close once it is written (or after a linger). */
 static void session_fail(struct pd_session *s, uint16_t status, const char *sentence)
 {
-	if (s->failing || s->closing)
+	if (is_ending(s))
 		return;
 	if (status == PD_ST_PROTOCOL || status == PD_ST_VERSION)
 		pd_log_notice("PROTO", "closing connection: %s", sentence);
 	else
 		pd_log_debug("NET", "%s: closing: %s", s->peer, sentence);
-	s->failing = true;
+	set_state(s, SS_FAILING);
 	s->fail_time = uv_now(pd_d.loop);
 	drop_requests(s);
 	if (s->rbuf)
@@ -384,26 +433,21 @@ static void session_fail(struct pd_session *s, uint16_t status, const char *sent
 			free(o);
 		}
 	}
-	if (!s->closing && !s->wbytes)
+	if (!is_closing(s) && !s->wbytes)
 		finish_fail(s);
-	if (!s->closing)
+	if (!is_closing(s))
 		update_reading(s);
-}
-
-void pd_session_refuse(struct pd_session *s, uint16_t status, const char *sentence)
-{
-	session_fail(s, status, sentence);
 }
 
 /* Move output of the head replies to the writer, in order. */
 static void flush(struct pd_session *s)
 {
-	while (s->rq_n && !s->closing && !s->failing) {
+	while (s->rq_n && !is_ending(s)) {
 		struct pd_request *r = rq_at(s, 0);
 		struct pd_obuf_list out = { 0 };
 		bool done = pd_request_take_output(r, &out, true);
 		write_list(s, &out);
-		if (!done || s->closing)
+		if (!done || is_closing(s))
 			break;
 		rq_pop(s);
 		if (r == s->rx) { /* answered early: swallow the rest of its input */
@@ -529,7 +573,9 @@ static void handle_hello(struct pd_session *s, const uint8_t *p, size_t len)
 	}
 	o->len = (size_t)n;
 	write_obuf(s, o);
-	s->hello_done = true;
+	if (is_ending(s))
+		return; /* the write failed: closed */
+	set_state(s, SS_OPEN);
 	pd_frame_decoder_set_max(s->dec, s->max_frame);
 }
 
@@ -548,7 +594,7 @@ static void handle_frame(struct pd_session *s, const struct pd_frame_hdr *h, con
 	char why[160];
 	int err;
 
-	if (!s->hello_done) {
+	if (s->state == SS_HELLO) {
 		if (h->type != PD_FT_HELLO)
 			session_fail(s, PD_ST_PROTOCOL, "the first frame must be HELLO");
 		else
@@ -632,7 +678,7 @@ static void handle_frame(struct pd_session *s, const struct pd_frame_hdr *h, con
 			return;
 		}
 		add_reply(s, r);
-		if (!s->failing)
+		if (!is_ending(s))
 			s->rx = r;
 		return;
 	}
@@ -698,7 +744,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 static void update_reading(struct pd_session *s)
 {
 	uint8_t *p;
-	bool want = !s->closing && !s->eof &&
+	bool want = !is_closing(s) && !s->eof &&
 	            (s->tls ? pd_tls_in_room(s->tls, &p) > 0 : s->rend < RBUF_SIZE);
 	if (want && !s->reading) {
 		if (uv_read_start(&s->io.s, on_alloc, on_read) == 0)
@@ -713,9 +759,9 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
 	struct pd_session *s = st->data;
 
-	if (nread == 0 || s->closing)
+	if (nread == 0 || is_closing(s))
 		return;
-	if (s->failing) { /* after ERROR: drain until the peer closes */
+	if (is_ending(s)) { /* after ERROR: drain until the peer closes */
 		if (nread < 0)
 			pd_session_close(s);
 		else if (!s->tls)
@@ -782,6 +828,7 @@ static bool tls_pump(struct pd_session *s)
 	}
 	if (!was_ready && pd_tls_ready(s->tls)) {
 		pd_log_debug("TLS", "%s: handshake done", s->peer);
+		set_state(s, SS_HELLO);
 		if (s->refusal) {
 			session_fail(s, s->refusal, s->refusal_why);
 			return false;
@@ -793,7 +840,7 @@ static bool tls_pump(struct pd_session *s)
 /* Take frames from the read buffer while back-pressure allows. */
 static void take_frames(struct pd_session *s)
 {
-	while (!s->failing && !s->closing && s->rstart < s->rend && can_take_frame(s)) {
+	while (!is_ending(s) && s->rstart < s->rend && can_take_frame(s)) {
 		struct pd_frame_hdr h;
 		const uint8_t *p;
 		size_t at = s->rstart, used = 0;
@@ -810,15 +857,15 @@ static void take_frames(struct pd_session *s)
 		/* Read bytes (a PASSWORD TLV, TLS plaintext) do not stay behind;
 		 * handle_frame copied what it keeps.  A failing session has wiped
 		 * its whole buffer, a closing one wipes it in on_close. */
-		if (!s->closing && s->rend >= at + used)
+		if (!is_closing(s) && s->rend >= at + used)
 			explicit_bzero(s->rbuf + at, used);
 		if (r == 0)
 			break;
 	}
-	if (s->closing)
+	if (is_closing(s))
 		return;
 	/* Ciphertext fed above goes to a worker now, in one job. */
-	if (s->rx && !s->failing)
+	if (s->rx && !is_ending(s))
 		pd_request_kick(s->rx);
 	if (s->rstart == s->rend)
 		s->rstart = s->rend = 0; /* all read, so all wiped */
@@ -828,14 +875,14 @@ static void take_frames(struct pd_session *s)
 
 static void process(struct pd_session *s)
 {
-	if (s->closing)
+	if (is_closing(s))
 		return;
 	/* Decrypted data held inside TLS never makes the socket readable
 	 * again: pump again whenever taking frames made room for it. */
 	do {
-		if (s->tls && !s->failing && !tls_pump(s))
+		if (s->tls && !is_ending(s) && !tls_pump(s))
 			return;
-		if (s->tls && !pd_tls_ready(s->tls)) {
+		if (s->state == SS_HANDSHAKE) {
 			if (s->eof)
 				pd_session_close(s);
 			else
@@ -843,11 +890,11 @@ static void process(struct pd_session *s)
 			return;
 		}
 		take_frames(s);
-		if (s->closing)
+		if (is_closing(s))
 			return;
-	} while (s->tls && s->tls_full && s->rend < RBUF_SIZE && !s->failing);
+	} while (s->tls && s->tls_full && s->rend < RBUF_SIZE && !is_ending(s));
 	flush(s);
-	if (s->closing || s->failing)
+	if (is_ending(s))
 		return;
 	if (s->eof) {
 		/* The client will send nothing more.  A frame cut short is a
@@ -861,7 +908,7 @@ static void process(struct pd_session *s)
 			s->rx = NULL;
 			flush(s);
 		}
-		if (!s->rq_n && !s->wbytes && !s->closing) {
+		if (!s->rq_n && !s->wbytes && !is_closing(s)) {
 			pd_session_close(s);
 			return;
 		}
@@ -878,7 +925,7 @@ static void process(struct pd_session *s)
 
 void pd_session_wake(struct pd_session *s)
 {
-	if (!s || s->woken || s->closing)
+	if (!s || s->woken || is_closing(s))
 		return;
 	s->woken = true;
 	s->run_next = g.run;
@@ -920,7 +967,7 @@ struct pd_session *pd_session_alloc(struct pd_listener *ls, enum pd_peer_kind ki
 		return NULL;
 	}
 	s->io.h.data = s;
-	s->linked = true;
+	s->state = SS_ACCEPTED;
 	s->next = pd_d.sessions;
 	if (s->next)
 		s->next->prev = s;
@@ -934,7 +981,7 @@ static int peer_count(const char *peer)
 {
 	int n = 0;
 	for (struct pd_session *x = pd_d.sessions; x; x = x->next)
-		n += x->started && !x->closing && !strcmp(x->peer, peer);
+		n += x->started && !is_closing(x) && !strcmp(x->peer, peer);
 	return n;
 }
 
@@ -1089,6 +1136,7 @@ void pd_session_start(struct pd_session *s)
 		pd_session_close(s);
 		return;
 	}
+	set_state(s, s->tls ? SS_HANDSHAKE : SS_HELLO);
 	if (over) {
 		session_fail(s, PD_ST_OVERLOADED, over == &g.over_max ? "too many connections; retry later"
 		                                                      : "too many connections from this peer; retry later");
@@ -1123,12 +1171,12 @@ static void sweep_one(struct pd_session *s, uint64_t now)
 {
 	const struct pd_config *c = pd_d.cfg;
 
-	if (s->failing) {
+	if (is_ending(s)) {
 		if (now - s->fail_time > FAIL_LINGER_MS)
 			pd_session_close(s);
 		return;
 	}
-	if (s->tls && !pd_tls_ready(s->tls)) {
+	if (s->state == SS_HANDSHAKE) {
 		if (now - s->t_accept > c->tls_handshake_timeout_ms) {
 			pd_log_notice("TLS", "TLS handshake not done after %llu ms: closing",
 			              (unsigned long long)(now - s->t_accept));

@@ -34,8 +34,6 @@ struct pd_session *pd_session_alloc(struct pd_listener *ls, enum pd_peer_kind ki
 uv_stream_t *pd_session_stream(struct pd_session *s);
 /** Start serving an accepted connection (checks peer limits and allow-lists). */
 void pd_session_start(struct pd_session *s);
-/** Refuse an accepted connection with an ERROR frame and close it. */
-void pd_session_refuse(struct pd_session *s, uint16_t status, const char *sentence);
 /** Close without a word (the close callback frees). */
 void pd_session_close(struct pd_session *s);
 
