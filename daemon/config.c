@@ -373,6 +373,9 @@ static int check(struct pd_config *c, char *err, size_t errlen)
 		return fail(err, errlen, "max-kdf-work must be between 1M and 4P");
 	if (c->max_memory < (16u << 20))
 		return fail(err, errlen, "max-memory must be at least 16M");
+	if (c->max_memory <= c->max_argon2_memory)
+		return fail(err, errlen, "max-memory must be larger than max-argon2-memory: an Argon2 derivation "
+		            "is drawn from it (raise max-memory too)");
 	if (c->max_frame_size < (16u << 10) || c->max_frame_size > (16u << 20))
 		return fail(err, errlen, "max-frame-size must be between 16K and 16M");
 	if (c->request_buffer < 4096 || c->request_buffer > (64u << 20))

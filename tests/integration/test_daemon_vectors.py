@@ -112,7 +112,7 @@ def test_a12_argon2(tmp_path, matrix, name):
     keys = tmp_path / "keys"
     keys.mkdir()
     (keys / "a04.asc").write_bytes((V / "a04-v6-secret-key.asc").read_bytes())
-    d = Daemon(None, tmp_path, ARGON2_OPT, "2G", "--max-kdf-work", "1G", keydir=keys)
+    d = Daemon(None, tmp_path, ARGON2_OPT, "2G", "--max-kdf-work", "1G", "--max-memory", "3G", keydir=keys)
     try:
         pw = tmp_path / "pw"
         pw.write_text("password\n")
