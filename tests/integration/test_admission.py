@@ -142,7 +142,7 @@ def test_memory_budget_bounds_stalled_requests(world, mkdaemon, tmp_path):
     are OVERLOADED at once, and once the stalled ones are gone the budget
     is whole again."""
     plain, msg = ocb_message(tmp_path, 6 << 20, 16)
-    d = mkdaemon("--max-memory", "16M")
+    d = mkdaemon("--max-memory", "16M", "--max-argon2-memory", "8M")
     rss0 = d.rss_kib()
     stalled, refused = [], 0
     for _ in range(24):
