@@ -11,12 +11,12 @@
 #include <uv.h>
 
 #include "config.h"
+#include "stats.h" /* request.c reaches pd_stats_request through here */
 
 struct pd_keyset;
 struct pd_tls_creds;
 struct pd_pool;
 struct pd_session;
-struct pd_listener;
 
 #define PD_LAT_BUCKETS 14
 
@@ -25,7 +25,6 @@ struct pd_stats {
 	uint64_t bytes_in;          /* ciphertext received */
 	uint64_t bytes_out;         /* plaintext sent */
 	uint64_t connections_total;
-	uint64_t connections_refused;
 	uint64_t lat_count[PD_LAT_BUCKETS + 1]; /* cumulative at render time; here per bucket */
 	double lat_sum;
 	uint64_t reloads, reload_failures;
@@ -37,7 +36,6 @@ struct pd_daemon {
 	struct pd_keyset *keys;      /* current; requests hold their own ref */
 	struct pd_tls_creds *tls_creds; /* current; sessions hold their own ref */
 	struct pd_pool *pool;
-	struct pd_listener *listeners;
 	struct pd_session *sessions; /* doubly linked through session */
 	unsigned n_sessions;
 	uint64_t unsent_bytes;       /* queued for writing on all sessions (sum of their wbytes) */
@@ -49,9 +47,5 @@ struct pd_daemon {
 
 extern struct pd_daemon pd_d;
 
-/** Record one finished request (status, latency in seconds). */
-void pd_stats_request(uint16_t status, double seconds);
-/** Render the Prometheus text exposition; malloc'd, NUL-terminated, NULL on ENOMEM. */
-char *pd_stats_render(size_t *ret_len);
 /** Called when sessions or requests finish: drives drain on shutdown. */
 void pd_daemon_maybe_exit(void);

@@ -17,6 +17,7 @@
 #include "daemon.h"
 #include "listen.h"
 #include "log.h"
+#include "peer.h"
 #include "session.h"
 #include "status.h"
 #ifdef PD_HAVE_SYSTEMD
@@ -49,7 +50,7 @@ static void on_connection(uv_stream_t *server, int status)
 		pd_log_warn("NET", "accept on %s: %s", ls->name, uv_strerror(status));
 		return;
 	}
-	s = pd_session_alloc(ls, ls->kind);
+	s = pd_session_alloc(ls->kind, ls->tls);
 	if (!s) {
 		pd_log_err("NET", "accept on %s: out of memory", ls->name);
 		return;
@@ -60,7 +61,7 @@ static void on_connection(uv_stream_t *server, int status)
 		pd_session_close(s);
 		return;
 	}
-	pd_session_start(s);
+	pd_session_start(s, ls->name);
 }
 
 static bool is_loopback(const struct sockaddr *sa)
@@ -322,6 +323,3 @@ void pd_listeners_stop(void)
 	}
 	listeners = NULL;
 }
-
-bool pd_listener_tls(const struct pd_listener *ls) { return ls->tls; }
-const char *pd_listener_name(const struct pd_listener *ls) { return ls->name; }

@@ -5,16 +5,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <arpa/inet.h>
 
 #include "pd-config.h"
 #include "daemon.h"
 #include "frame.h"
 #include "keys.h"
-#include "listen.h"
 #include "log.h"
+#include "peer.h"
 #include "pool.h"
+#include "reply.h"
 #include "request.h"
 #include "session.h"
 #include "status.h"
@@ -23,7 +22,6 @@
 #define RBUF_SIZE (64u << 10)
 #define FAIL_LINGER_MS 2000 /* an ERROR frame gets this long to leave */
 #define SWEEP_MS 250
-#define REFUSAL_LOG_MS 60000 /* one log line a minute at most per connection limit */
 
 /* A session's lifecycle, in order.  Only set_state() moves it, and only
  * along the arrows of next_ok[]: a state is never re-entered, so a second
@@ -68,11 +66,10 @@ struct pd_session {
 		uv_tcp_t tcp;
 		uv_pipe_t pipe;
 	} io;
-	struct pd_listener *ls;
-	enum pd_peer_kind kind;
+	bool tls_wanted;    /* accepted on a TLS listener */
 	enum sstate state;  /* set_state() only */
 	bool started;       /* counted in pd_d.n_sessions (accepted and not refused) */
-	char peer[64];      /* "uid 1000" / "192.0.2.1": per-peer limit key, debug logs */
+	struct pd_peer peer; /* who, for the limits, the allow-lists and debug logs */
 
 	struct pd_frame_decoder *dec;
 	uint8_t *rbuf;
@@ -98,27 +95,12 @@ struct pd_session {
 	uint64_t last_activity, last_write, fail_time;
 };
 
-/* Refusals over one connection limit, logged at most once a minute: the
- * first at once, the ones after it as a count when the minute is over (by
- * the sweep) or when the daemon stops. */
-struct refusal_log {
-	const char *limit; /* the setting's name */
-	unsigned value;    /* its value at the last refusal */
-	uint64_t last;     /* when a line was last logged */
-	uint64_t since;    /* refused since then, not logged yet */
-	bool logged;
-};
-
 static struct {
 	uv_timer_t sweep;
 	uv_idle_t idle;
 	struct pd_session *run; /* woken sessions */
 	bool init;
-	struct refusal_log over_max, over_peer;
-} g = {
-	.over_max = { .limit = "max-connections" },
-	.over_peer = { .limit = "max-connections-per-peer" },
-};
+} g;
 
 static void process(struct pd_session *s);
 static void update_reading(struct pd_session *s);
@@ -286,7 +268,7 @@ static void on_write(uv_write_t *wr, int status)
 	if (is_closing(s))
 		return;
 	if (status < 0) {
-		pd_log_debug("NET", "%s: write failed: %s", s->peer, uv_strerror(status));
+		pd_log_debug("NET", "%s: write failed: %s", s->peer.name, uv_strerror(status));
 		pd_session_close(s);
 		return;
 	}
@@ -321,7 +303,7 @@ static void write_raw(struct pd_session *s, struct pd_obuf *o)
 		else if (r != UV_EAGAIN && r != UV_ENOSYS) {
 			explicit_bzero(o->data, o->len);
 			free(o);
-			pd_log_debug("NET", "%s: write failed: %s", s->peer, uv_strerror(r));
+			pd_log_debug("NET", "%s: write failed: %s", s->peer.name, uv_strerror(r));
 			pd_session_close(s);
 			return;
 		}
@@ -374,7 +356,7 @@ static void write_obuf(struct pd_session *s, struct pd_obuf *o)
 	explicit_bzero(o->data, o->len);
 	free(o);
 	if (r < 0) {
-		pd_log_debug("TLS", "%s: %s", s->peer, pd_tls_detail(s->tls));
+		pd_log_debug("TLS", "%s: %s", s->peer.name, pd_tls_detail(s->tls));
 		pd_session_close(s);
 	}
 }
@@ -416,7 +398,7 @@ static void session_fail(struct pd_session *s, uint16_t status, const char *sent
 	if (status == PD_ST_PROTOCOL || status == PD_ST_VERSION)
 		pd_log_notice("PROTO", "closing connection: %s", sentence);
 	else
-		pd_log_debug("NET", "%s: closing: %s", s->peer, sentence);
+		pd_log_debug("NET", "%s: closing: %s", s->peer.name, sentence);
 	set_state(s, SS_FAILING);
 	s->fail_time = uv_now(pd_d.loop);
 	drop_requests(s);
@@ -463,81 +445,6 @@ static void flush(struct pd_session *s)
 
 /* ---------------------------------------------------------------- */
 /* Frames */
-
-static struct pd_obuf *frame_obuf(uint8_t type, uint32_t id, const void *p, size_t len)
-{
-	struct pd_obuf *o = pd_obuf_new(PD_FRAME_HDR_LEN + len);
-	if (!o)
-		return NULL;
-	int n = pd_frame_encode(o->data, o->cap, type, id, p, len);
-	if (n < 0) {
-		free(o);
-		return NULL;
-	}
-	o->len = (size_t)n;
-	return o;
-}
-
-static int ok_result(struct pd_obuf_list *l, uint32_t id, uint64_t bytes_out)
-{
-	struct pd_result res = { .status = PD_ST_OK, .bytes_out = bytes_out };
-	struct pd_obuf *o = pd_obuf_new(PD_FRAME_STRUCT_MAX);
-	if (!o)
-		return -ENOMEM;
-	snprintf(res.errname, sizeof(res.errname), "OK");
-	snprintf(res.sentence, sizeof(res.sentence), "ok");
-	int n = pd_frame_encode_result(o->data, o->cap, id, &res, NULL);
-	if (n < 0) {
-		free(o);
-		return n;
-	}
-	o->len = (size_t)n;
-	pd_obuf_push(l, o);
-	return 0;
-}
-
-static int build_stats(struct pd_session *s, uint32_t id, struct pd_obuf_list *l)
-{
-	size_t len;
-	char *text = pd_stats_render(&len);
-	if (!text)
-		return -ENOMEM;
-	for (size_t off = 0; off < len;) {
-		size_t n = len - off > s->max_frame ? s->max_frame : len - off;
-		struct pd_obuf *o = frame_obuf(PD_FT_DATA, id, text + off, n);
-		if (!o) {
-			free(text);
-			return -ENOMEM;
-		}
-		pd_obuf_push(l, o);
-		off += n;
-	}
-	free(text);
-	return ok_result(l, id, len);
-}
-
-static int build_keys(uint32_t id, struct pd_obuf_list *l)
-{
-	const struct pd_keyring *kr = pd_keyset_ring(pd_d.keys);
-	size_t n = pd_keyset_count(pd_d.keys), sent = 0;
-	for (size_t i = 0; i < n; i++) {
-		struct pd_keyinfo ki;
-		if (pd_keyring_info(kr, i, &ki) < 0)
-			continue;
-		struct pd_obuf *o = pd_obuf_new(PD_FRAME_STRUCT_MAX);
-		if (!o)
-			return -ENOMEM;
-		int k = pd_frame_encode_key(o->data, o->cap, id, &ki);
-		if (k < 0) {
-			free(o);
-			return k;
-		}
-		o->len = (size_t)k;
-		pd_obuf_push(l, o);
-		sent++;
-	}
-	return ok_result(l, id, sent);
-}
 
 static bool id_in_use(const struct pd_session *s, uint32_t id)
 {
@@ -606,7 +513,7 @@ static void handle_frame(struct pd_session *s, const struct pd_frame_hdr *h, con
 		session_fail(s, PD_ST_PROTOCOL, "HELLO sent twice");
 		return;
 	case PD_FT_ERROR:
-		pd_log_debug("NET", "%s: client sent ERROR", s->peer);
+		pd_log_debug("NET", "%s: client sent ERROR", s->peer.name);
 		pd_session_close(s);
 		return;
 	case PD_FT_DATA:
@@ -643,24 +550,14 @@ static void handle_frame(struct pd_session *s, const struct pd_frame_hdr *h, con
 		session_fail(s, PD_ST_PROTOCOL, why);
 		return;
 	}
-	switch (h->type) {
-	case PD_FT_DECRYPT: {
+	if (h->type == PD_FT_DECRYPT) {
 		struct pd_decrypt_req dr;
 		if (pd_parse_decrypt(p, h->len, &dr) < 0) {
 			/* A request this version cannot honour: refuse it, keep the connection. */
-			struct pd_obuf *o = NULL;
-			struct pd_result res = { .status = PD_ST_BAD_REQUEST };
-			snprintf(res.errname, sizeof(res.errname), "%s", pd_status_name(PD_ST_BAD_REQUEST));
-			snprintf(res.sentence, sizeof(res.sentence), "unknown flag or critical option in DECRYPT");
-			o = pd_obuf_new(PD_FRAME_STRUCT_MAX);
-			int n = o ? pd_frame_encode_result(o->data, o->cap, h->id, &res, NULL) : -ENOMEM;
-			if (n < 0) {
-				free(o);
+			if (pd_reply_result(&l, h->id, PD_ST_BAD_REQUEST, "unknown flag or critical option in DECRYPT") < 0) {
 				session_fail(s, PD_ST_INTERNAL, "out of memory");
 				return;
 			}
-			o->len = (size_t)n;
-			pd_obuf_push(&l, o);
 			err = pd_request_new_done(&r, s, h->id, &l);
 			if (err < 0) {
 				pd_obuf_list_clear(&l);
@@ -682,20 +579,9 @@ static void handle_frame(struct pd_session *s, const struct pd_frame_hdr *h, con
 			s->rx = r;
 		return;
 	}
-	case PD_FT_PING: {
-		struct pd_obuf *o = frame_obuf(PD_FT_PONG, h->id, p, h->len);
-		if (o)
-			pd_obuf_push(&l, o);
-		err = o ? 0 : -ENOMEM;
-		break;
-	}
-	case PD_FT_STATS:
-		err = build_stats(s, h->id, &l);
-		break;
-	case PD_FT_KEYS:
-		err = build_keys(h->id, &l);
-		break;
-	default:
+	/* The rest are answered at once (reply.c). */
+	err = pd_reply_builtin(h->type, h->id, p, h->len, s->max_frame, &l);
+	if (err == -ENOENT) {
 		snprintf(why, sizeof(why), "unexpected %s frame", pd_frame_type_name(h->type));
 		session_fail(s, PD_ST_PROTOCOL, why);
 		return;
@@ -770,7 +656,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 	}
 	if (nread < 0) {
 		if (nread != UV_EOF) {
-			pd_log_debug("NET", "%s: read failed: %s", s->peer, uv_strerror((int)nread));
+			pd_log_debug("NET", "%s: read failed: %s", s->peer.name, uv_strerror((int)nread));
 			pd_session_close(s);
 			return;
 		}
@@ -822,12 +708,12 @@ static bool tls_pump(struct pd_session *s)
 			break;
 		}
 		pd_log_notice("TLS", "closing a TLS connection: %s", pd_tls_detail(s->tls));
-		pd_log_debug("TLS", "peer was %s", s->peer);
+		pd_log_debug("TLS", "peer was %s", s->peer.name);
 		pd_session_close(s);
 		return false;
 	}
 	if (!was_ready && pd_tls_ready(s->tls)) {
-		pd_log_debug("TLS", "%s: handshake done", s->peer);
+		pd_log_debug("TLS", "%s: handshake done", s->peer.name);
 		set_state(s, SS_HELLO);
 		if (s->refusal) {
 			session_fail(s, s->refusal, s->refusal_why);
@@ -953,14 +839,14 @@ uint32_t pd_session_max_frame(const struct pd_session *s) { return s->max_frame;
 /* ---------------------------------------------------------------- */
 /* Life cycle */
 
-struct pd_session *pd_session_alloc(struct pd_listener *ls, enum pd_peer_kind kind)
+struct pd_session *pd_session_alloc(enum pd_peer_kind kind, bool tls)
 {
 	struct pd_session *s = calloc(1, sizeof(*s));
 	int r;
 	if (!s)
 		return NULL;
-	s->ls = ls;
-	s->kind = kind;
+	s->peer.kind = kind;
+	s->tls_wanted = kind == PD_PEER_TCP && tls;
 	r = kind == PD_PEER_TCP ? uv_tcp_init(pd_d.loop, &s->io.tcp) : uv_pipe_init(pd_d.loop, &s->io.pipe, 0);
 	if (r < 0) {
 		free(s);
@@ -977,56 +863,13 @@ struct pd_session *pd_session_alloc(struct pd_listener *ls, enum pd_peer_kind ki
 
 uv_stream_t *pd_session_stream(struct pd_session *s) { return &s->io.s; }
 
-static int peer_count(const char *peer)
+/* Served sessions from the same peer (max-connections-per-peer). */
+static unsigned same_peer(const struct pd_peer *p)
 {
-	int n = 0;
+	unsigned n = 0;
 	for (struct pd_session *x = pd_d.sessions; x; x = x->next)
-		n += x->started && !is_closing(x) && !strcmp(x->peer, peer);
+		n += x->started && !is_closing(x) && !strcmp(x->peer.name, p->name);
 	return n;
-}
-
-#ifndef SO_PEERGROUPS
-#define SO_PEERGROUPS 59 /* Linux 4.13 */
-#endif
-
-static bool id_listed(const struct pd_idv *l, unsigned id)
-{
-	for (size_t i = 0; i < l->n; i++)
-		if (l->v[i] == id)
-			return true;
-	return false;
-}
-
-/* SO_PEERCRED allow-lists (resolved to ids at load): if neither is set,
- * anyone who can open the socket is served; otherwise the peer's uid must
- * be listed, or its gid, or one of the supplementary groups the peer
- * process had when it connected (SO_PEERGROUPS, from the kernel: never the
- * user database, which may be a network service and would block the loop). */
-static bool peer_allowed(uv_os_fd_t fd, const struct ucred *cr)
-{
-	const struct pd_config *c = pd_d.cfg;
-	gid_t some[64], *groups = some;
-	socklen_t len = sizeof(some);
-	bool ok = false;
-
-	if (!c->allow_uids.n && !c->allow_gids.n)
-		return true;
-	if (id_listed(&c->allow_uids, cr->uid) || id_listed(&c->allow_gids, cr->gid))
-		return true;
-	if (!c->allow_gids.n)
-		return false;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
-		if (errno != ERANGE || !(groups = malloc(len)) ||
-		    getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
-			pd_log_debug("NET", "uid %u: SO_PEERGROUPS: %s", (unsigned)cr->uid, strerror(errno));
-			len = 0;
-		}
-	}
-	for (size_t i = 0; i < len / sizeof(gid_t) && !ok; i++)
-		ok = id_listed(&c->allow_gids, groups[i]);
-	if (groups != some)
-		free(groups);
-	return ok;
 }
 
 /* Refuse with an ERROR; over TLS the ERROR can only go after the handshake. */
@@ -1044,85 +887,28 @@ static void refuse(struct pd_session *s, uint16_t status, const char *why)
 		pd_session_close(s);
 }
 
-static void refusal_flush(struct refusal_log *rl, uint64_t now)
-{
-	if (!rl->since)
-		return;
-	pd_log_warn("NET", "%s (%u) reached: %llu more connection%s refused in the last %llu s", rl->limit,
-	            rl->value, (unsigned long long)rl->since, rl->since == 1 ? "" : "s",
-	            (unsigned long long)((now - rl->last) / 1000));
-	rl->since = 0;
-	rl->last = now;
-}
-
-static void refusal_note(struct refusal_log *rl, unsigned value)
-{
-	uint64_t now = uv_now(pd_d.loop);
-	pd_d.stats.connections_refused++;
-	rl->value = value;
-	if (rl->logged && now - rl->last < REFUSAL_LOG_MS) {
-		rl->since++;
-		return;
-	}
-	refusal_flush(rl, now); /* nothing left after a quiet minute; a count otherwise */
-	pd_log_warn("NET", "%s (%u) reached: refusing connections (logged once a minute at most)", rl->limit, value);
-	rl->logged = true;
-	rl->last = now;
-}
-
-/* Who the peer is: uid (unix) or address (tcp); *cr for unix peers. */
-static int identify(struct pd_session *s, struct ucred *cr)
-{
-	if (s->kind == PD_PEER_UNIX) {
-		uv_os_fd_t fd = -1;
-		socklen_t len = sizeof(*cr);
-		if (uv_fileno(&s->io.h, &fd) < 0)
-			return -EBADF;
-		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cr, &len) < 0)
-			return -errno;
-		snprintf(s->peer, sizeof(s->peer), "uid %u", (unsigned)cr->uid);
-		return 0;
-	}
-	struct sockaddr_storage ss;
-	int len = sizeof(ss);
-	char host[INET6_ADDRSTRLEN] = "?";
-	if (uv_tcp_getpeername(&s->io.tcp, (struct sockaddr *)&ss, &len) == 0) {
-		if (ss.ss_family == AF_INET)
-			uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof(host));
-		else if (ss.ss_family == AF_INET6)
-			uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof(host));
-	}
-	snprintf(s->peer, sizeof(s->peer), "%s", host);
-	uv_tcp_nodelay(&s->io.tcp, 1);
-	return 0;
-}
-
-void pd_session_start(struct pd_session *s)
+void pd_session_start(struct pd_session *s, const char *where)
 {
 	const struct pd_config *c = pd_d.cfg;
-	bool tls = s->kind == PD_PEER_TCP && pd_listener_tls(s->ls);
-	struct refusal_log *over = NULL;
-	struct ucred cr = { 0 };
+	bool tls = s->tls_wanted;
+	const char *over;
 	int r;
 
 	s->max_frame = c->max_frame_size;
 	s->max_inflight = c->max_requests_per_connection;
 	s->last_activity = s->last_write = s->t_accept = uv_now(pd_d.loop);
-	if (identify(s, &cr) < 0) {
+	if (pd_peer_identify(&s->peer, s->peer.kind, &s->io.s) < 0) {
 		pd_session_close(s);
 		return;
 	}
+	if (s->peer.kind == PD_PEER_TCP)
+		uv_tcp_nodelay(&s->io.tcp, 1);
 	/* Refused connections are not counted in n_sessions, so they must not
 	 * cost anything or last: over TLS one is closed at once, before any
 	 * handshake (a handshake costs the daemon more than the client); a plain
 	 * stream gets its ERROR frame and the short linger of session_fail(). */
-	if (pd_d.n_sessions >= c->max_connections)
-		over = &g.over_max;
-	else if (c->max_connections_per_peer && peer_count(s->peer) >= (int)c->max_connections_per_peer)
-		over = &g.over_peer;
+	over = pd_peer_over_limit(&s->peer, pd_d.n_sessions, same_peer);
 	if (over) {
-		refusal_note(over, over == &g.over_max ? c->max_connections : c->max_connections_per_peer);
-		pd_log_debug("NET", "%s: refused (%s)", s->peer, over->limit);
 		if (tls) {
 			pd_session_close(s);
 			return;
@@ -1138,15 +924,10 @@ void pd_session_start(struct pd_session *s)
 	}
 	set_state(s, s->tls ? SS_HANDSHAKE : SS_HELLO);
 	if (over) {
-		session_fail(s, PD_ST_OVERLOADED, over == &g.over_max ? "too many connections; retry later"
-		                                                      : "too many connections from this peer; retry later");
+		session_fail(s, PD_ST_OVERLOADED, over);
 		return;
 	}
-	uv_os_fd_t fd = -1;
-	if (s->kind == PD_PEER_UNIX && (uv_fileno(&s->io.h, &fd) < 0 || !peer_allowed(fd, &cr))) {
-		pd_d.stats.connections_refused++;
-		pd_log_notice("NET", "access denied to unix peer uid %u gid %u pid %d on %s",
-		              (unsigned)cr.uid, (unsigned)cr.gid, (int)cr.pid, pd_listener_name(s->ls));
+	if (!pd_peer_allowed(&s->peer, &s->io.s, where)) {
 		session_fail(s, PD_ST_ACCESS_DENIED, "access denied");
 		return;
 	}
@@ -1157,7 +938,7 @@ void pd_session_start(struct pd_session *s)
 	s->started = true;
 	pd_d.n_sessions++;
 	pd_d.stats.connections_total++;
-	pd_log_debug("NET", "%s: connected on %s", s->peer, pd_listener_name(s->ls));
+	pd_log_debug("NET", "%s: connected on %s", s->peer.name, where);
 	if (uv_read_start(&s->io.s, on_alloc, on_read) == 0)
 		s->reading = true;
 	else
@@ -1211,10 +992,7 @@ static void on_sweep(uv_timer_t *t)
 {
 	uint64_t now = uv_now(pd_d.loop);
 	struct pd_session *s = pd_d.sessions, *next;
-	if (now - g.over_max.last >= REFUSAL_LOG_MS)
-		refusal_flush(&g.over_max, now);
-	if (now - g.over_peer.last >= REFUSAL_LOG_MS)
-		refusal_flush(&g.over_peer, now);
+	pd_peer_flush(now, false);
 	for (; s; s = next) {
 		next = s->next; /* s may close (unlinks itself, memory stays until on_close) */
 		sweep_one(s, now);
@@ -1252,8 +1030,7 @@ void pd_sessions_deinit(void)
 {
 	if (!g.init)
 		return;
-	refusal_flush(&g.over_max, uv_now(pd_d.loop)); /* not lost at exit */
-	refusal_flush(&g.over_peer, uv_now(pd_d.loop));
+	pd_peer_flush(uv_now(pd_d.loop), true); /* not lost at exit */
 	uv_timer_stop(&g.sweep);
 	uv_close((uv_handle_t *)&g.sweep, NULL);
 	uv_close((uv_handle_t *)&g.idle, NULL);

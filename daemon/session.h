@@ -23,17 +23,17 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "peer.h"
+
 struct pd_session;
-struct pd_listener;
 
-enum pd_peer_kind { PD_PEER_UNIX = 1, PD_PEER_TCP = 2 };
-
-/** Allocate a session whose stream handle the listener accepts into. */
-struct pd_session *pd_session_alloc(struct pd_listener *ls, enum pd_peer_kind kind);
+/** Allocate a session whose stream handle a listener accepts into (tls: a TLS listener's). */
+struct pd_session *pd_session_alloc(enum pd_peer_kind kind, bool tls);
 /** The stream to uv_accept() into (already initialised on the loop). */
 uv_stream_t *pd_session_stream(struct pd_session *s);
-/** Start serving an accepted connection (checks peer limits and allow-lists). */
-void pd_session_start(struct pd_session *s);
+/** Start serving an accepted connection (peer.c's limits and allow-lists
+ * first); where names the listener in logs. */
+void pd_session_start(struct pd_session *s, const char *where);
 /** Close without a word (the close callback frees). */
 void pd_session_close(struct pd_session *s);
 

@@ -8,8 +8,10 @@
 #include "admission.h"
 #include "daemon.h"
 #include "keys.h"
+#include "peer.h"
 #include "pgpdec.h"
 #include "pool.h"
+#include "stats.h"
 #include "status.h"
 
 static const double bounds[PD_LAT_BUCKETS] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -109,7 +111,7 @@ char *pd_stats_render(size_t *ret_len)
 	    (unsigned long long)st->connections_total);
 	put(&b, "# HELP pgpdecd_connections_refused_total Connections refused (limits, access).\n"
 	        "# TYPE pgpdecd_connections_refused_total counter\npgpdecd_connections_refused_total %llu\n",
-	    (unsigned long long)st->connections_refused);
+	    (unsigned long long)pd_peer_refused());
 	put(&b, "# HELP pgpdecd_keys_loaded Decryption-capable secret (sub)keys loaded.\n"
 	        "# TYPE pgpdecd_keys_loaded gauge\npgpdecd_keys_loaded %zu\n",
 	    pd_d.keys ? pd_keyset_count(pd_d.keys) : 0);

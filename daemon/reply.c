@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/* Built-in replies: PING, STATS, KEYS (see reply.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "daemon.h"
+#include "frame.h"
+#include "keys.h"
+#include "reply.h"
+#include "stats.h"
+#include "status.h"
+
+static struct pd_obuf *frame_obuf(uint8_t type, uint32_t id, const void *p, size_t len)
+{
+	struct pd_obuf *o = pd_obuf_new(PD_FRAME_HDR_LEN + len);
+	if (!o)
+		return NULL;
+	int n = pd_frame_encode(o->data, o->cap, type, id, p, len);
+	if (n < 0) {
+		free(o);
+		return NULL;
+	}
+	o->len = (size_t)n;
+	return o;
+}
+
+static int put_result(struct pd_obuf_list *l, uint32_t id, const struct pd_result *res)
+{
+	struct pd_obuf *o = pd_obuf_new(PD_FRAME_STRUCT_MAX);
+	if (!o)
+		return -ENOMEM;
+	int n = pd_frame_encode_result(o->data, o->cap, id, res, NULL);
+	if (n < 0) {
+		free(o);
+		return n;
+	}
+	o->len = (size_t)n;
+	pd_obuf_push(l, o);
+	return 0;
+}
+
+static int ok_result(struct pd_obuf_list *l, uint32_t id, uint64_t bytes_out)
+{
+	struct pd_result res = { .status = PD_ST_OK, .bytes_out = bytes_out };
+	snprintf(res.errname, sizeof(res.errname), "OK");
+	snprintf(res.sentence, sizeof(res.sentence), "ok");
+	return put_result(l, id, &res);
+}
+
+int pd_reply_result(struct pd_obuf_list *out, uint32_t id, uint16_t status, const char *sentence)
+{
+	struct pd_result res = { .status = status };
+	snprintf(res.errname, sizeof(res.errname), "%s", pd_status_name(status));
+	snprintf(res.sentence, sizeof(res.sentence), "%s", sentence);
+	return put_result(out, id, &res) < 0 ? -ENOMEM : 0;
+}
+
+/* PING: its payload back in a PONG (no RESULT). */
+static int build_pong(uint32_t id, const uint8_t *p, size_t len, uint32_t max_frame, struct pd_obuf_list *l)
+{
+	(void)max_frame;
+	struct pd_obuf *o = frame_obuf(PD_FT_PONG, id, p, len);
+	if (!o)
+		return -ENOMEM;
+	pd_obuf_push(l, o);
+	return 0;
+}
+
+/* STATS: the Prometheus text in DATA frames, RESULT OK with its length. */
+static int build_stats(uint32_t id, const uint8_t *p, size_t plen, uint32_t max_frame, struct pd_obuf_list *l)
+{
+	(void)p, (void)plen;
+	size_t len;
+	char *text = pd_stats_render(&len);
+	if (!text)
+		return -ENOMEM;
+	for (size_t off = 0; off < len;) {
+		size_t n = len - off > max_frame ? max_frame : len - off;
+		struct pd_obuf *o = frame_obuf(PD_FT_DATA, id, text + off, n);
+		if (!o) {
+			free(text);
+			return -ENOMEM;
+		}
+		pd_obuf_push(l, o);
+		off += n;
+	}
+	free(text);
+	return ok_result(l, id, len);
+}
+
+/* KEYS: one KEY frame per key of the current set, RESULT OK with the count. */
+static int build_keys(uint32_t id, const uint8_t *p, size_t plen, uint32_t max_frame, struct pd_obuf_list *l)
+{
+	(void)p, (void)plen, (void)max_frame;
+	const struct pd_keyring *kr = pd_keyset_ring(pd_d.keys);
+	size_t n = pd_keyset_count(pd_d.keys), sent = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct pd_keyinfo ki;
+		if (pd_keyring_info(kr, i, &ki) < 0)
+			continue;
+		struct pd_obuf *o = pd_obuf_new(PD_FRAME_STRUCT_MAX);
+		if (!o)
+			return -ENOMEM;
+		int k = pd_frame_encode_key(o->data, o->cap, id, &ki);
+		if (k < 0) {
+			free(o);
+			return k;
+		}
+		o->len = (size_t)k;
+		pd_obuf_push(l, o);
+		sent++;
+	}
+	return ok_result(l, id, sent);
+}
+
+static const struct {
+	uint8_t type;
+	int (*build)(uint32_t id, const uint8_t *p, size_t len, uint32_t max_frame, struct pd_obuf_list *l);
+} builtins[] = {
+	{ PD_FT_PING, build_pong },
+	{ PD_FT_STATS, build_stats },
+	{ PD_FT_KEYS, build_keys },
+};
+
+int pd_reply_builtin(uint8_t type, uint32_t id, const uint8_t *p, size_t len, uint32_t max_frame,
+                     struct pd_obuf_list *out)
+{
+	for (size_t i = 0; i < sizeof(builtins) / sizeof(builtins[0]); i++)
+		if (builtins[i].type == type)
+			return builtins[i].build(id, p, len, max_frame, out) < 0 ? -ENOMEM : 0;
+	return -ENOENT;
+}

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Built-in replies: the requests the daemon answers at once, from what it
+ * already knows (PING -> PONG, STATS -> the Prometheus text as DATA frames,
+ * KEYS -> one KEY frame per loaded key), each ending in RESULT OK, and the
+ * RESULT that refuses a request this version cannot honour.  Adding such a
+ * frame type touches this file only; the session gives it every frame that
+ * is not HELLO, ERROR, DECRYPT, DATA or END.
+ *
+ * Owns nothing between calls; never writes, never touches a session.
+ * Loop thread only (STATS and KEYS read the current stats and key set).
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "obuf.h"
+
+/** Encode the whole reply to a built-in request of this type (payload p,
+ * len) into out, its DATA frames at most max_frame each: 0, -ENOENT if the
+ * type is not a built-in request (out untouched), -ENOMEM (out may hold
+ * frames: the caller clears it). */
+int pd_reply_builtin(uint8_t type, uint32_t id, const uint8_t *p, size_t len, uint32_t max_frame,
+                     struct pd_obuf_list *out);
+/** Append a RESULT frame with status and sentence (no trailer): 0 or -ENOMEM. */
+int pd_reply_result(struct pd_obuf_list *out, uint32_t id, uint16_t status, const char *sentence);
