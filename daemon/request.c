@@ -655,6 +655,10 @@ void pd_request_free(struct pd_request *r)
 		return;
 	if (r->job_inflight) {
 		r->s = NULL; /* job_done frees */
+		/* Nobody waits for its work any more (the connection went, or the
+		 * drain ended): the engine stops at its next costly step, so a
+		 * shutdown waits for one such step at most, never a whole message. */
+		__atomic_store_n(&r->cancel, 1, __ATOMIC_RELAXED);
 		return;
 	}
 	if (!r->answered)

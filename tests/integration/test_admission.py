@@ -185,3 +185,23 @@ def decrypt_with_password_start(c, data, password):
     for o in range(0, len(data), 60000):
         c.send(frame(pdwire.DATA, rid, data[o:o + 60000]))
     return rid
+
+
+def test_shutdown_does_not_wait_for_a_whole_message(world, tmp_path):
+    """SIGTERM while a message's six Argon2 derivations (256 MiB, 3 passes:
+    about 0.9 s each) run, with a 200 ms drain-timeout: the daemon is gone
+    after the one derivation it was in (before: after all six)."""
+    import signal
+    d = Daemon(world, tmp_path, "--drain-timeout", "200ms", "--max-kdf-work", "2400M", "--max-skesk-trials", "6")
+    body = pgp.seipd_v1(os.urandom(32), pgp.literal(b"never read\n"))
+    msg = b"".join(skesk_v4(s2k_argon2(3, 1, 18, salt=bytes([i]) * 16)) for i in range(6)) + body
+    c = d.client()
+    decrypt_with_password(c, msg, "wrong")
+    time.sleep(0.3)  # in the first derivation
+    t0 = time.monotonic()
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(30) == 0, d.logtext()
+    took = time.monotonic() - t0
+    print(f"\nexit {took:.2f} s after SIGTERM (the six derivations take about 5 s)")
+    assert took < 2.5, took
+    d.check_sanitizers()
