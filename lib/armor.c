@@ -5,6 +5,8 @@
  * Memory use is the fixed struct pd_armor; lines are never buffered beyond
  * the 128-octet prefix needed to recognise BEGIN/END/CRC lines.
  */
+#include <gcrypt.h>
+
 #include "armor.h"
 
 enum {
@@ -595,14 +597,14 @@ int pd_armor_decode(struct pd_armor *a, const uint8_t *in, size_t inlen, size_t 
 	return r;
 }
 
-int pd_armor_decode_all(const uint8_t *in, size_t len, uint8_t **ret, size_t *ret_len)
+static int decode_all(const uint8_t *in, size_t len, uint8_t **ret, size_t *ret_len, bool secure)
 {
 	int r = pd_armor_detect(in, len, true);
 	if (r < 0)
 		return r;
 	/* Base64 yields at most 3 octets per 4 characters; binary is copied. */
 	size_t cap = r == 0 ? len : len / 4 * 3 + 3;
-	uint8_t *buf = malloc(cap ? cap : 1);
+	uint8_t *buf = secure ? gcry_malloc_secure(cap ? cap : 1) : malloc(cap ? cap : 1);
 	if (!buf)
 		return -ENOMEM;
 	if (r == 0) {
@@ -640,6 +642,19 @@ int pd_armor_decode_all(const uint8_t *in, size_t len, uint8_t **ret, size_t *re
 	return 0;
 fail:
 	pd_wipe(buf, cap); /* may hold (part of) a secret key block */
-	free(buf);
+	if (secure)
+		gcry_free(buf);
+	else
+		free(buf);
 	return r;
+}
+
+int pd_armor_decode_all(const uint8_t *in, size_t len, uint8_t **ret, size_t *ret_len)
+{
+	return decode_all(in, len, ret, ret_len, false);
+}
+
+int pd_armor_decode_all_secure(const uint8_t *in, size_t len, uint8_t **ret, size_t *ret_len)
+{
+	return decode_all(in, len, ret, ret_len, true);
 }

@@ -50,3 +50,6 @@ PD_HIDDEN int pd_armor_decode(struct pd_armor *a, const uint8_t *in, size_t inle
 /** Decode a whole buffer holding one or more armored blocks (or binary data,
  * copied) into *ret (malloc'd, caller frees; wiped by caller if secret). */
 PD_HIDDEN int pd_armor_decode_all(const uint8_t *in, size_t len, uint8_t **ret, size_t *ret_len);
+/** The same into libgcrypt secure memory (for secret key files): free
+ * *ret with pd_wipe() and gcry_free(). */
+PD_HIDDEN int pd_armor_decode_all_secure(const uint8_t *in, size_t len, uint8_t **ret, size_t *ret_len);

@@ -981,7 +981,7 @@ int pd_keyring_add(struct pd_keyring *kr, const uint8_t *data, size_t len, const
 		return pd_fail(detail, detail_len, PD_ENOSECRET, "key file is empty");
 	r = pd_armor_detect(data, len, true);
 	if (r == 1) {
-		r = pd_armor_decode_all(data, len, &dec, &declen);
+		r = pd_armor_decode_all_secure(data, len, &dec, &declen);
 		if (r < 0)
 			return pd_fail(detail, detail_len, r, "key file armor: %s", pd_strerror(r));
 		data = dec;
@@ -1024,7 +1024,7 @@ out:
 	free(b.keys);
 	if (dec) {
 		pd_wipe(dec, declen);
-		free(dec);
+		gcry_free(dec);
 	}
 	return r;
 }
