@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The daemon's one shared context (loop thread only): current config and
- * key set (both swapped whole on reload), the worker pool, the listeners,
- * the open sessions and the counters behind STATS and sd_notify STATUS=.
+ * The daemon's one shared context (loop thread only): the facts every
+ * module may read, and only those — the loop, the current config, key set
+ * and TLS credentials (each swapped whole by main.c on reload), the worker
+ * pool and whether the daemon is stopping.  Figures a module keeps live in
+ * that module and are asked for through its accessors (sessions:
+ * session.h, refusals: peer.h, slots and held bytes: admission.h, counters
+ * for STATS: stats.h).
  */
 #pragma once
 
@@ -16,19 +20,6 @@
 struct pd_keyset;
 struct pd_tls_creds;
 struct pd_pool;
-struct pd_session;
-
-#define PD_LAT_BUCKETS 14
-
-struct pd_stats {
-	uint64_t requests[64];      /* by wire status (index = status, 63 = other) */
-	uint64_t bytes_in;          /* ciphertext received */
-	uint64_t bytes_out;         /* plaintext sent */
-	uint64_t connections_total;
-	uint64_t lat_count[PD_LAT_BUCKETS + 1]; /* cumulative at render time; here per bucket */
-	double lat_sum;
-	uint64_t reloads, reload_failures;
-};
 
 struct pd_daemon {
 	uv_loop_t *loop;
@@ -36,16 +27,20 @@ struct pd_daemon {
 	struct pd_keyset *keys;      /* current; requests hold their own ref */
 	struct pd_tls_creds *tls_creds; /* current; sessions hold their own ref */
 	struct pd_pool *pool;
-	struct pd_session *sessions; /* doubly linked through session */
-	unsigned n_sessions;
-	uint64_t unsent_bytes;       /* queued for writing on all sessions (sum of their wbytes) */
-	bool write_paused;           /* unsent_bytes reached max-write-buffer: back-pressure (iii) */
-	bool stopping;
-	bool reloading;
-	struct pd_stats stats;
+	bool stopping;               /* SIGTERM/SIGINT: draining */
+	/* Transitional: request.c still adds to these directly; once it calls
+	 * pd_stats_bytes_in/_out they move into stats.c. */
+	struct pd_stats {
+		uint64_t bytes_in;  /* ciphertext received */
+		uint64_t bytes_out; /* plaintext sent */
+	} stats;
 };
 
 extern struct pd_daemon pd_d;
 
-/** Called when sessions or requests finish: drives drain on shutdown. */
+/** Something the drain waits for has ended (a session closed, an admission
+ * slot was given back): asks the hook main.c registered whether the daemon
+ * may exit now.  Safe to call at any time; does nothing before a hook is set. */
 void pd_daemon_maybe_exit(void);
+/** Register that hook (main.c, once). */
+void pd_daemon_set_exit_hook(void (*hook)(void));

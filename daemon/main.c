@@ -28,12 +28,11 @@
 #include "pgpdec.h"
 #include "pool.h"
 #include "session.h"
+#include "stats.h"
 #include "tls.h"
 
 #define EX_USAGE 64
 #define EX_CONFIG 78
-
-struct pd_daemon pd_d;
 
 static struct {
 	int argc;
@@ -50,6 +49,7 @@ static struct {
 	struct pd_tls_creds *new_tls;
 	int reload_err;
 	char reload_msg[512];
+	bool reloading;           /* the reload thread runs */
 	bool exiting;
 	bool drain_expired;
 } m;
@@ -80,9 +80,12 @@ static void finish(void)
 	pd_d.pool = NULL;
 }
 
-void pd_daemon_maybe_exit(void)
+/* The exit hook (pd_daemon_maybe_exit): the drain is over once no session
+ * is served, no message is in progress (or drain-timeout passed: the jobs
+ * still out are freed when they return) and no reload runs. */
+static void maybe_exit(void)
 {
-	if (pd_d.stopping && !pd_d.n_sessions && (!pd_adm_slots() || m.drain_expired) && !pd_d.reloading)
+	if (pd_d.stopping && !pd_sessions_count() && (!pd_adm_slots() || m.drain_expired) && !m.reloading)
 		finish();
 }
 
@@ -92,7 +95,7 @@ static void on_drain_timeout(uv_timer_t *t)
 	            pd_adm_slots());
 	m.drain_expired = true; /* requests with a job out are freed when it returns */
 	pd_sessions_close_all();
-	pd_daemon_maybe_exit();
+	maybe_exit();
 }
 
 static void stop(int signum)
@@ -101,7 +104,7 @@ static void stop(int signum)
 		return;
 	pd_d.stopping = true;
 	pd_log_info("SYS", "%s: stopping; %u messages in progress, %u connections",
-	            strsignal(signum), pd_adm_slots(), pd_d.n_sessions);
+	            strsignal(signum), pd_adm_slots(), pd_sessions_count());
 	pd_notify_stopping();
 	pd_listeners_stop();
 	if (uv_timer_init(pd_d.loop, &m.drain_timer) == 0) {
@@ -109,7 +112,7 @@ static void stop(int signum)
 		uv_timer_start(&m.drain_timer, on_drain_timeout, pd_d.cfg->drain_timeout_ms, 0);
 	}
 	pd_sessions_drain();
-	pd_daemon_maybe_exit();
+	maybe_exit();
 }
 
 static void on_signal(uv_signal_t *h, int signum);
@@ -153,10 +156,10 @@ static void start_reload(void);
 
 static void reload_done(uv_async_t *h)
 {
-	if (!pd_d.reloading)
+	if (!m.reloading)
 		return;
 	pthread_join(m.reload_thread, NULL);
-	pd_d.reloading = false;
+	m.reloading = false;
 	if (m.reload_err == 0) {
 		struct pd_config *old = pd_d.cfg;
 		if (!strv_eq(&old->listen, &m.new_cfg->listen) || old->workers != m.new_cfg->workers ||
@@ -171,11 +174,11 @@ static void reload_done(uv_async_t *h)
 			pd_d.tls_creds = m.new_tls;
 		}
 		pd_log_set_level((enum pd_log_level)pd_d.cfg->log_level);
-		pd_d.stats.reloads++;
+		pd_stats_reload(true);
 		pd_log_info("SYS", "reloaded: %zu decryption keys", pd_keyset_count(pd_d.keys));
 	} else {
 		pd_config_free(m.new_cfg);
-		pd_d.stats.reload_failures++;
+		pd_stats_reload(false);
 		pd_log_err("SYS", "reload failed, keeping the old keys and config: %s",
 		           m.reload_err == 1 ? "--help/--version in arguments" : m.reload_msg);
 	}
@@ -189,12 +192,12 @@ static void reload_done(uv_async_t *h)
 		start_reload();
 		return;
 	}
-	pd_daemon_maybe_exit();
+	maybe_exit();
 }
 
 static void start_reload(void)
 {
-	if (pd_d.reloading) {
+	if (m.reloading) {
 		m.reload_again = true; /* the running reload may have read old files */
 		return;
 	}
@@ -210,7 +213,7 @@ static void start_reload(void)
 		pd_notify_ready();
 		return;
 	}
-	pd_d.reloading = true;
+	m.reloading = true;
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -289,6 +292,7 @@ int main(int argc, char **argv)
 	}
 
 	pd_d.loop = uv_default_loop();
+	pd_daemon_set_exit_hook(maybe_exit);
 	/* Jobs per request are at most one, so queue-length requests never
 	 * overflow the queue; the margin is for the watchdog's no-op job. */
 	r = pd_pool_new(&pd_d.pool, pd_d.loop, pd_d.cfg->workers, pd_d.cfg->queue_length + 16);

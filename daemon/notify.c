@@ -12,6 +12,7 @@
 #include "log.h"
 #include "notify.h"
 #include "pool.h"
+#include "session.h"
 #ifdef PD_HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>
 #endif
@@ -40,7 +41,7 @@ void pd_notify_status(void)
 {
 	char buf[256];
 	snprintf(buf, sizeof(buf), "STATUS=%zu keys, %u connections, %u messages in progress, %u queued",
-	         pd_d.keys ? pd_keyset_count(pd_d.keys) : 0, pd_d.n_sessions, pd_adm_slots(),
+	         pd_d.keys ? pd_keyset_count(pd_d.keys) : 0, pd_sessions_count(), pd_adm_slots(),
 	         pd_d.pool ? pd_pool_queued(pd_d.pool) : 0);
 	notify_send(buf);
 }

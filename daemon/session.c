@@ -16,6 +16,7 @@
 #include "reply.h"
 #include "request.h"
 #include "session.h"
+#include "stats.h"
 #include "status.h"
 #include "tls.h"
 
@@ -57,7 +58,7 @@ static const char *const sstate_name[] = {
 };
 
 struct pd_session {
-	struct pd_session *prev, *next; /* pd_d.sessions */
+	struct pd_session *prev, *next; /* g.all */
 	struct pd_session *run_next;    /* wake list */
 	bool woken;
 	union {
@@ -68,7 +69,7 @@ struct pd_session {
 	} io;
 	bool tls_wanted;    /* accepted on a TLS listener */
 	enum sstate state;  /* set_state() only */
-	bool started;       /* counted in pd_d.n_sessions (accepted and not refused) */
+	bool started;       /* counted in g.n_served (accepted and not refused) */
 	struct pd_peer peer; /* who, for the limits, the allow-lists and debug logs */
 
 	struct pd_frame_decoder *dec;
@@ -100,6 +101,13 @@ static struct {
 	uv_idle_t idle;
 	struct pd_session *run; /* woken sessions */
 	bool init;
+	struct pd_session *all; /* every accepted session, through prev/next */
+	unsigned n_served;      /* sessions with started set: max-connections */
+	uint64_t accepted;      /* sessions ever started (connections_total) */
+	/* Back-pressure (iii): unsent output of all sessions (the sum of their
+	 * wbytes), and whether it reached max-write-buffer. */
+	uint64_t unsent;
+	bool write_paused;
 } g;
 
 static void process(struct pd_session *s);
@@ -200,11 +208,11 @@ void pd_session_close(struct pd_session *s)
 	if (s->prev)
 		s->prev->next = s->next;
 	else
-		pd_d.sessions = s->next;
+		g.all = s->next;
 	if (s->next)
 		s->next->prev = s->prev;
 	if (s->started)
-		pd_d.n_sessions--;
+		g.n_served--;
 	/* Pending writes complete with UV_ECANCELED before on_close. */
 	uv_close(&s->io.h, on_close);
 	pd_daemon_maybe_exit();
@@ -232,26 +240,26 @@ static void resume(struct pd_session *s)
 /* Rare (once per crossing), so a walk over all sessions. */
 static void write_resume_all(void)
 {
-	pd_d.write_paused = false;
-	for (struct pd_session *s = pd_d.sessions; s; s = s->next)
+	g.write_paused = false;
+	for (struct pd_session *s = g.all; s; s = s->next)
 		resume(s);
 }
 
 static void unsent_add(struct pd_session *s, size_t n)
 {
 	s->wbytes += n;
-	pd_d.unsent_bytes += n;
-	if (pd_d.unsent_bytes >= pd_d.cfg->max_write_buffer)
-		pd_d.write_paused = true;
+	g.unsent += n;
+	if (g.unsent >= pd_d.cfg->max_write_buffer)
+		g.write_paused = true;
 }
 
 static void unsent_sub(struct pd_session *s, size_t n)
 {
 	s->wbytes -= n;
-	pd_d.unsent_bytes -= n;
-	if (pd_d.write_paused && pd_d.unsent_bytes <= pd_d.cfg->max_write_buffer / 2)
+	g.unsent -= n;
+	if (g.write_paused && g.unsent <= pd_d.cfg->max_write_buffer / 2)
 		write_resume_all();
-	else if (pd_d.write_paused && !s->wbytes)
+	else if (g.write_paused && !s->wbytes)
 		resume(s); /* its client read everything: it may go on */
 }
 
@@ -526,7 +534,7 @@ static void handle_frame(struct pd_session *s, const struct pd_frame_hdr *h, con
 				s->rx = NULL;
 			}
 		} else if (s->rx_discard && s->rx_discard_id == h->id) {
-			pd_d.stats.bytes_in += h->len;
+			pd_stats_bytes_in(h->len);
 			if (h->type == PD_FT_END)
 				s->rx_discard = false;
 		} else {
@@ -606,7 +614,7 @@ static bool can_take_frame(const struct pd_session *s)
 		return false;
 	/* (iii): see resume().  Sessions with nothing under way still answer
 	 * PING, STATS and KEYS. */
-	if (pd_d.write_paused && s->wbytes && (s->rx || s->rq_n))
+	if (g.write_paused && s->wbytes && (s->rx || s->rq_n))
 		return false;
 	if (s->rx)
 		return pd_request_room(s->rx) >= s->max_frame;
@@ -832,9 +840,14 @@ static void on_idle(uv_idle_t *h)
 
 bool pd_session_write_pressure(const struct pd_session *s)
 {
-	return s->throttled || (pd_d.write_paused && s->wbytes);
+	return s->throttled || (g.write_paused && s->wbytes);
 }
 uint32_t pd_session_max_frame(const struct pd_session *s) { return s->max_frame; }
+
+unsigned pd_sessions_count(void) { return g.n_served; }
+uint64_t pd_sessions_accepted(void) { return g.accepted; }
+uint64_t pd_sessions_unsent(void) { return g.unsent; }
+bool pd_sessions_write_paused(void) { return g.write_paused; }
 
 /* ---------------------------------------------------------------- */
 /* Life cycle */
@@ -854,10 +867,10 @@ struct pd_session *pd_session_alloc(enum pd_peer_kind kind, bool tls)
 	}
 	s->io.h.data = s;
 	s->state = SS_ACCEPTED;
-	s->next = pd_d.sessions;
+	s->next = g.all;
 	if (s->next)
 		s->next->prev = s;
-	pd_d.sessions = s;
+	g.all = s;
 	return s;
 }
 
@@ -867,7 +880,7 @@ uv_stream_t *pd_session_stream(struct pd_session *s) { return &s->io.s; }
 static unsigned same_peer(const struct pd_peer *p)
 {
 	unsigned n = 0;
-	for (struct pd_session *x = pd_d.sessions; x; x = x->next)
+	for (struct pd_session *x = g.all; x; x = x->next)
 		n += x->started && !is_closing(x) && !strcmp(x->peer.name, p->name);
 	return n;
 }
@@ -903,16 +916,14 @@ void pd_session_start(struct pd_session *s, const char *where)
 	}
 	if (s->peer.kind == PD_PEER_TCP)
 		uv_tcp_nodelay(&s->io.tcp, 1);
-	/* Refused connections are not counted in n_sessions, so they must not
+	/* Refused connections are not counted as served, so they must not
 	 * cost anything or last: over TLS one is closed at once, before any
 	 * handshake (a handshake costs the daemon more than the client); a plain
 	 * stream gets its ERROR frame and the short linger of session_fail(). */
-	over = pd_peer_over_limit(&s->peer, pd_d.n_sessions, same_peer);
-	if (over) {
-		if (tls) {
-			pd_session_close(s);
-			return;
-		}
+	over = pd_peer_over_limit(&s->peer, g.n_served, same_peer);
+	if (over && tls) {
+		pd_session_close(s);
+		return;
 	}
 	s->rbuf = malloc(RBUF_SIZE);
 	r = s->rbuf ? pd_frame_decoder_new(&s->dec, PD_FROM_CLIENT, PD_FRAME_HELLO_MAX) : -ENOMEM;
@@ -936,8 +947,8 @@ void pd_session_start(struct pd_session *s, const char *where)
 		return;
 	}
 	s->started = true;
-	pd_d.n_sessions++;
-	pd_d.stats.connections_total++;
+	g.n_served++;
+	g.accepted++;
 	pd_log_debug("NET", "%s: connected on %s", s->peer.name, where);
 	if (uv_read_start(&s->io.s, on_alloc, on_read) == 0)
 		s->reading = true;
@@ -991,7 +1002,7 @@ static void sweep_one(struct pd_session *s, uint64_t now)
 static void on_sweep(uv_timer_t *t)
 {
 	uint64_t now = uv_now(pd_d.loop);
-	struct pd_session *s = pd_d.sessions, *next;
+	struct pd_session *s = g.all, *next;
 	pd_peer_flush(now, false);
 	for (; s; s = next) {
 		next = s->next; /* s may close (unlinks itself, memory stays until on_close) */
@@ -1013,14 +1024,14 @@ int pd_sessions_init(uv_loop_t *loop)
 
 void pd_sessions_drain(void)
 {
-	for (struct pd_session *s = pd_d.sessions; s; s = s->next)
+	for (struct pd_session *s = g.all; s; s = s->next)
 		pd_session_wake(s);
 }
 
 void pd_sessions_close_all(void)
 {
 	struct pd_session *s, *next;
-	for (s = pd_d.sessions; s; s = next) {
+	for (s = g.all; s; s = next) {
 		next = s->next;
 		pd_session_close(s);
 	}

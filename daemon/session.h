@@ -2,8 +2,12 @@
 /*
  * pd_session: one client connection.  Layers, bottom up: the libuv stream
  * (unix or TCP), [TLS], the proto frame decoder, the ordered list of
- * replies (pd_request).  Owns the read buffer, the write accounting and the
- * close chain; memory is freed only from the uv_close callback.
+ * replies (pd_request).  Owns the connection's lifecycle state (ACCEPTED,
+ * HANDSHAKE, HELLO, OPEN, FAILING, SHUT, CLOSING: checked transitions), the
+ * read buffer, the frame dispatch (built-in replies: reply.c; who may
+ * connect: peer.c), the writer with the write budget of all sessions
+ * together, the timeouts and the close chain; memory is freed only from
+ * the uv_close callback.
  *
  * Back-pressure point (i): frames are taken from the read buffer only while
  * the write queue is below the high watermark (hysteresis down to the low
@@ -45,6 +49,15 @@ void pd_session_wake(struct pd_session *s);
 bool pd_session_write_pressure(const struct pd_session *s);
 /** Payload limit announced to this client. */
 uint32_t pd_session_max_frame(const struct pd_session *s);
+
+/** Connections being served (accepted and not refused): max-connections counts these. */
+unsigned pd_sessions_count(void);
+/** Connections accepted and served since start. */
+uint64_t pd_sessions_accepted(void);
+/** Output queued for writing on all sessions (back-pressure (iii)). */
+uint64_t pd_sessions_unsent(void);
+/** Whether that reached max-write-buffer (and has not fallen to half of it since). */
+bool pd_sessions_write_paused(void);
 
 /** Start the periodic sweep (timeouts) and the deferred-processing handle. */
 int pd_sessions_init(uv_loop_t *loop);

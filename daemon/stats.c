@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Counters and their Prometheus text exposition (the STATS reply). */
+/* Counters and their Prometheus text exposition (the STATS reply; see stats.h). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,21 +11,43 @@
 #include "peer.h"
 #include "pgpdec.h"
 #include "pool.h"
+#include "session.h"
 #include "stats.h"
 #include "status.h"
 
-static const double bounds[PD_LAT_BUCKETS] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                                0.25, 0.5, 1, 2.5, 5, 10, 30 };
+#define LAT_BUCKETS 14
+
+static const double bounds[LAT_BUCKETS] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                             0.25, 0.5, 1, 2.5, 5, 10, 30 };
+
+static struct counters {
+	uint64_t requests[64];          /* by wire status (index = status, 63 = other) */
+	uint64_t lat_count[LAT_BUCKETS + 1]; /* per bucket; cumulated at render time */
+	double lat_sum;
+	uint64_t reloads, reload_failures;
+} g;
 
 void pd_stats_request(uint16_t status, double seconds)
 {
-	struct pd_stats *st = &pd_d.stats;
+	struct counters *st = &g;
 	st->requests[status < 63 ? status : 63]++;
 	size_t i = 0;
-	while (i < PD_LAT_BUCKETS && seconds > bounds[i])
+	while (i < LAT_BUCKETS && seconds > bounds[i])
 		i++;
 	st->lat_count[i]++;
 	st->lat_sum += seconds;
+}
+
+/* The byte counts are still pd_d's, for request.c (see daemon.h). */
+void pd_stats_bytes_in(uint64_t n) { pd_d.stats.bytes_in += n; }
+void pd_stats_bytes_out(uint64_t n) { pd_d.stats.bytes_out += n; }
+
+void pd_stats_reload(bool ok)
+{
+	if (ok)
+		g.reloads++;
+	else
+		g.reload_failures++;
 }
 
 struct sbuf {
@@ -65,7 +87,7 @@ static void put(struct sbuf *b, const char *fmt, ...)
 
 char *pd_stats_render(size_t *ret_len)
 {
-	const struct pd_stats *st = &pd_d.stats;
+	const struct counters *st = &g;
 	struct sbuf b = { malloc(4096), 0, 4096, false };
 	if (!b.p)
 		return NULL;
@@ -78,16 +100,16 @@ char *pd_stats_render(size_t *ret_len)
 			    (unsigned long long)st->requests[s]);
 	put(&b, "# HELP pgpdecd_bytes_in_total Ciphertext bytes received.\n"
 	        "# TYPE pgpdecd_bytes_in_total counter\npgpdecd_bytes_in_total %llu\n",
-	    (unsigned long long)st->bytes_in);
+	    (unsigned long long)pd_d.stats.bytes_in);
 	put(&b, "# HELP pgpdecd_bytes_out_total Plaintext bytes produced.\n"
 	        "# TYPE pgpdecd_bytes_out_total counter\npgpdecd_bytes_out_total %llu\n",
-	    (unsigned long long)st->bytes_out);
+	    (unsigned long long)pd_d.stats.bytes_out);
 	put(&b, "# HELP pgpdecd_in_flight Messages being decrypted: admission slots taken (queue-length at most).\n"
 	        "# TYPE pgpdecd_in_flight gauge\npgpdecd_in_flight %u\n", pd_adm_slots());
 	put(&b, "# HELP pgpdecd_unsent_bytes Output queued for writing on all connections (max-write-buffer pauses decryption).\n"
-	        "# TYPE pgpdecd_unsent_bytes gauge\npgpdecd_unsent_bytes %llu\n", (unsigned long long)pd_d.unsent_bytes);
+	        "# TYPE pgpdecd_unsent_bytes gauge\npgpdecd_unsent_bytes %llu\n", (unsigned long long)pd_sessions_unsent());
 	put(&b, "# HELP pgpdecd_write_paused 1 while decryption is paused because max-write-buffer is reached.\n"
-	        "# TYPE pgpdecd_write_paused gauge\npgpdecd_write_paused %d\n", pd_d.write_paused ? 1 : 0);
+	        "# TYPE pgpdecd_write_paused gauge\npgpdecd_write_paused %d\n", pd_sessions_write_paused() ? 1 : 0);
 	put(&b, "# HELP pgpdecd_queue_depth Jobs waiting for a worker.\n"
 	        "# TYPE pgpdecd_queue_depth gauge\npgpdecd_queue_depth %u\n",
 	    pd_d.pool ? pd_pool_queued(pd_d.pool) : 0);
@@ -105,10 +127,10 @@ char *pd_stats_render(size_t *ret_len)
 	put(&b, "# HELP pgpdecd_secure_heap_used_bytes Bytes of it in use.\n"
 	        "# TYPE pgpdecd_secure_heap_used_bytes gauge\npgpdecd_secure_heap_used_bytes %zu\n", heap_used);
 	put(&b, "# HELP pgpdecd_connections Open connections.\n"
-	        "# TYPE pgpdecd_connections gauge\npgpdecd_connections %u\n", pd_d.n_sessions);
+	        "# TYPE pgpdecd_connections gauge\npgpdecd_connections %u\n", pd_sessions_count());
 	put(&b, "# HELP pgpdecd_connections_total Connections accepted.\n"
 	        "# TYPE pgpdecd_connections_total counter\npgpdecd_connections_total %llu\n",
-	    (unsigned long long)st->connections_total);
+	    (unsigned long long)pd_sessions_accepted());
 	put(&b, "# HELP pgpdecd_connections_refused_total Connections refused (limits, access).\n"
 	        "# TYPE pgpdecd_connections_refused_total counter\npgpdecd_connections_refused_total %llu\n",
 	    (unsigned long long)pd_peer_refused());
@@ -122,11 +144,11 @@ char *pd_stats_render(size_t *ret_len)
 	put(&b, "# HELP pgpdecd_request_duration_seconds Time from DECRYPT to the result.\n"
 	        "# TYPE pgpdecd_request_duration_seconds histogram\n");
 	uint64_t cum = 0;
-	for (size_t i = 0; i < PD_LAT_BUCKETS; i++) {
+	for (size_t i = 0; i < LAT_BUCKETS; i++) {
 		cum += st->lat_count[i];
 		put(&b, "pgpdecd_request_duration_seconds_bucket{le=\"%g\"} %llu\n", bounds[i], (unsigned long long)cum);
 	}
-	cum += st->lat_count[PD_LAT_BUCKETS];
+	cum += st->lat_count[LAT_BUCKETS];
 	put(&b, "pgpdecd_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
 	put(&b, "pgpdecd_request_duration_seconds_sum %.6f\npgpdecd_request_duration_seconds_count %llu\n",
 	    st->lat_sum, (unsigned long long)cum);

@@ -15,3 +15,9 @@
 void pd_stats_request(uint16_t status, double seconds);
 /** Render the Prometheus text exposition; malloc'd, NUL-terminated, NULL on ENOMEM. */
 char *pd_stats_render(size_t *ret_len);
+/** Ciphertext received (DATA payloads, including those of answered requests). */
+void pd_stats_bytes_in(uint64_t n);
+/** Plaintext produced. */
+void pd_stats_bytes_out(uint64_t n);
+/** One reload (SIGHUP) done: ok, or failed and the old set kept. */
+void pd_stats_reload(bool ok);
