@@ -35,8 +35,7 @@
 #include "pgp/inflate.h"
 #include "pgp/key.h"
 #include "pgp/seipd.h"
-#include "pgp/skesk.h"
-#include "pgp/unwrap.h"
+#include "pgp/trials.h"
 
 #define BUF_SIZE (64 * 1024) /* largest buffer of a layer (and of the input) */
 #define BUF_MIN (16 * 1024)  /* first size: small messages never need more */
@@ -102,12 +101,6 @@ struct layer {
 	bool x_ended;          /* the compressed stream ended; rest of the body ignored */
 };
 
-struct esk {
-	uint8_t tag;           /* 1 PKESK, 3 SKESK */
-	size_t len;
-	uint8_t *body;
-};
-
 struct pd_msg {
 	struct pd_limits lim;
 	struct pd_msginfo info;
@@ -127,7 +120,7 @@ struct pd_msg {
 	size_t coll_hw;        /* octets of coll ever written (wiped at the end) */
 	uint32_t npackets;
 	/* outer layer */
-	struct esk *esks;
+	struct pd_esk *esks;
 	size_t n_esk;
 	bool container_seen, container_done;
 	uint8_t chdr[CHDR_MAX];
@@ -505,7 +498,7 @@ static int add_esk(struct pd_msg *m, size_t li)
 		            (unsigned long long)L->pkt_off);
 	if (m->n_esk >= m->lim.max_esk)
 		return fail(m, PD_ELIMIT, "limit exceeded: more than %u session key packets", m->lim.max_esk);
-	struct esk *n = realloc(m->esks, (m->n_esk + 1) * sizeof(*n));
+	struct pd_esk *n = realloc(m->esks, (m->n_esk + 1) * sizeof(*n));
 	if (!n)
 		return fail(m, -ENOMEM, "out of memory");
 	m->esks = n;
@@ -513,7 +506,7 @@ static int add_esk(struct pd_msg *m, size_t li)
 	if (!body)
 		return fail(m, -ENOMEM, "out of memory");
 	memcpy(body, m->coll, L->chave);
-	m->esks[m->n_esk++] = (struct esk){ L->tag, L->chave, body };
+	m->esks[m->n_esk++] = (struct pd_esk){ L->tag, L->chave, body };
 
 	if (L->tag == 3) {
 		m->info.n_skesk++;
@@ -1364,154 +1357,7 @@ int pd_msg_step(struct pd_msg *m, struct pd_worker *w, uint8_t *out, size_t cap,
 }
 
 /* ------------------------------------------------------------------ */
-/* session key recovery */
-
-static bool algo_compatible(uint8_t key_algo, uint8_t pkesk_algo)
-{
-	if ((key_algo == 1 || key_algo == 2) && (pkesk_algo == 1 || pkesk_algo == 2))
-		return true;
-	return key_algo == pkesk_algo;
-}
-
-static bool pkesk_names_key(const struct pd_pkesk *p, const struct pd_key *k)
-{
-	if (p->wildcard)
-		return false;
-	if (p->version == 6 && p->fpr_len)
-		return p->fpr_len == k->fpr_len && !memcmp(p->fpr, k->fpr, k->fpr_len);
-	return !memcmp(p->keyid, k->keyid, 8);
-}
-
-/* Does the PKESK version go with the container?  (RFC 9580 §10.3.2.1) */
-static bool pkesk_fits(const struct pd_msg *m, const struct pd_pkesk *p)
-{
-	if (m->info.container == 18 && m->info.container_version == 2)
-		return p->version == 6;
-	return p->version == 3;
-}
-
-struct trial {
-	const struct pd_key *k;
-	const struct pd_pkesk *p;
-};
-
-/* Copy src into dst where mask is all ones, in constant time. */
-static void sesskey_sel(uint32_t mask, struct pd_sesskey *dst, const struct pd_sesskey *src)
-{
-	dst->algo = pd_ct_sel8(mask, src->algo, dst->algo);
-	dst->len = pd_ct_sel8(mask, src->len, dst->len);
-	for (size_t b = 0; b < sizeof(dst->key); b++)
-		dst->key[b] = pd_ct_sel8(mask, src->key[b], dst->key[b]);
-}
-
-/* The session key from the SKESKs and the password.
- *
- * Plan first, from the packets alone (public): the SKESKs that go with the
- * container, each within the per-derivation caps, at most max_skesk_trials
- * of them, together within max_kdf_mib; a message asking for more is
- * refused before any work.  Then derive every planned one and take the
- * first whose check passed, in constant time: a v4 ESK's check (a known
- * cipher of the right size) is about unauthenticated octets.  When such a
- * check was among them, no verdict is given here: if none passed, a random
- * key of that cipher goes on and the container fails (INTEGRITY) in the
- * same way and time as with a wrong key.  Only when every check was public
- * (v5/v6 tags, v4 without ESK) is a wrong password PD_EBADPASS at once. */
-static int recover_skesk(struct pd_msg *m, struct pd_worker *w)
-{
-	/* SKESK v4 goes with SEIPD v1, v5 with the OCB packet, v6 with SEIPD v2 */
-	const uint8_t want = m->info.container == 20 ? 5 : m->info.container_version == 2 ? 6 : 4;
-	size_t *plan = calloc(m->n_esk ? m->n_esk : 1, sizeof(*plan));
-	struct pd_sesskey *cand = gcry_malloc_secure(sizeof(*cand));
-	struct pd_sesskey *fb = gcry_malloc_secure(sizeof(*fb));
-	size_t nplan = 0;
-	uint64_t work = 0;
-	uint8_t secret_cipher = 0; /* cipher of the first v4 SKESK with an ESK */
-	int r, last_err = 0;
-
-	if (!plan || !cand || !fb) {
-		r = fail(m, -ENOMEM, "out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < m->n_esk; i++) {
-		const uint8_t *b = m->esks[i].body;
-		struct pd_skesk s;
-		if (m->esks[i].tag != 3 || !m->esks[i].len || b[0] != want)
-			continue;
-		int e = pd_skesk_parse(b, m->esks[i].len, &s);
-		if (e == 0)
-			e = pd_s2k_check(&s.s2k, &m->lim);
-		if (e < 0) {
-			last_err = e;
-			continue;
-		}
-		if (m->lim.max_skesk_trials && nplan == m->lim.max_skesk_trials)
-			break;
-		work += pd_s2k_work_kib(&s.s2k);
-		if (m->lim.max_kdf_mib && work > (uint64_t)m->lim.max_kdf_mib * 1024) {
-			r = fail(m, PD_ELIMIT, "limit exceeded: the password-encrypted session key packets ask for "
-			         "more key derivation than %u MiB", m->lim.max_kdf_mib);
-			goto out;
-		}
-		if (s.version == 4 && s.esk && !secret_cipher)
-			secret_cipher = s.cipher;
-		plan[nplan++] = i;
-	}
-
-	uint32_t found = 0;
-	for (size_t p = 0; p < nplan; p++) {
-		const struct esk *e = &m->esks[plan[p]];
-		struct pd_skesk s;
-		uint32_t ok = 0;
-		if (cancelled(m)) {
-			r = m->err;
-			goto out;
-		}
-		/* Argon2's memory, for the time of the derivation (the plan parsed it) */
-		uint64_t amem = pd_skesk_parse(e->body, e->len, &s) == 0 && s.s2k.type == 4 ? (1024ull << s.s2k.m) : 0;
-		if (mem_take(m, amem) < 0) {
-			r = fail(m, -ENOMEM, "memory budget exhausted");
-			goto out;
-		}
-		int er = pd_skesk_try(w, e->body, e->len, m->password, m->password_len, &m->lim, cand, &ok);
-		mem_give(m, amem);
-		if (er < 0) { /* public: a v5/v6 tag mismatch, a setup failure */
-			last_err = er;
-			continue;
-		}
-		sesskey_sel(ok & ~found, m->sk, cand);
-		found |= ok;
-	}
-	if (secret_cipher) {
-		fb->algo = secret_cipher;
-		fb->len = (uint8_t)pd_sym_keylen(secret_cipher);
-		gcry_randomize(fb->key, sizeof(fb->key), GCRY_STRONG_RANDOM);
-		sesskey_sel(~found, m->sk, fb);
-	} else if (!found) {
-		if (last_err == PD_ELIMIT)
-			r = fail(m, last_err, "limit exceeded: the password's key derivation costs more than allowed");
-		else if (last_err == PD_EUNSUPPORTED)
-			r = fail(m, last_err, "unsupported password-encrypted session key packet");
-		else if (last_err == -ENOMEM)
-			r = fail(m, last_err, "out of memory");
-		else
-			r = fail(m, PD_EBADPASS, "bad password for the message");
-		goto out;
-	}
-	m->have_key = true;
-	m->info.pk_algo = 0;
-	r = 0;
-out:
-	free(plan);
-	if (cand) {
-		pd_wipe(cand, sizeof(*cand));
-		gcry_free(cand);
-	}
-	if (fb) {
-		pd_wipe(fb, sizeof(*fb));
-		gcry_free(fb);
-	}
-	return r;
-}
+/* session key recovery: the trials themselves are pgp/trials.c's */
 
 int pd_msg_recover_key(struct pd_msg *m, const struct pd_keyring *kr, struct pd_worker *w)
 {
@@ -1520,60 +1366,18 @@ int pd_msg_recover_key(struct pd_msg *m, const struct pd_keyring *kr, struct pd_
 	if (m->layers[0].st != L_NEED_KEY || m->have_key)
 		return PD_EUSAGE;
 
-	size_t nkeys = kr ? pd__keyring_n(kr) : 0;
-	size_t max_trials = m->lim.max_key_trials ? m->lim.max_key_trials : 1;
-	struct pd_pkesk *pk = calloc(m->n_esk ? m->n_esk : 1, sizeof(*pk));
-	struct trial *tr = calloc(max_trials, sizeof(*tr));
-	struct pd_sesskey *cand = gcry_malloc_secure(sizeof(*cand));
-	size_t npk = 0, ntr = 0, nwild = 0;
-	int r = 0, last_err = 0;
-
-	if (!pk || !tr || !cand) {
-		r = fail(m, -ENOMEM, "out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < m->n_esk; i++)
-		if (m->esks[i].tag == 1 && pd_pkesk_parse(m->esks[i].body, m->esks[i].len, &pk[npk]) == 0 &&
-		    pkesk_fits(m, &pk[npk]))
-			npk++;
-	/* PKESKs naming a key we hold come first, then wildcards against every
-	 * key, all capped by max_key_trials. */
-	for (size_t i = 0; i < npk; i++) {
-		if (pk[i].wildcard) {
-			nwild++;
-			continue;
-		}
-		for (size_t j = 0; j < nkeys; j++) {
-			const struct pd_key *k = pd__keyring_get(kr, j);
-			if (!pkesk_names_key(&pk[i], k) || !algo_compatible(k->pk_algo, pk[i].pk_algo))
-				continue;
-			if (ntr == max_trials) /* the cap: gpg takes 23 s on 1,000 wildcards */
-				break;
-			tr[ntr++] = (struct trial){ k, &pk[i] };
-		}
-	}
-	for (size_t i = 0; i < npk && nwild; i++) {
-		if (!pk[i].wildcard)
-			continue;
-		for (size_t j = 0; j < nkeys; j++) {
-			const struct pd_key *k = pd__keyring_get(kr, j);
-			if (!algo_compatible(k->pk_algo, pk[i].pk_algo))
-				continue;
-			if (ntr == max_trials) /* the cap: gpg takes 23 s on 1,000 wildcards */
-				break;
-			tr[ntr++] = (struct trial){ k, &pk[i] };
-		}
-	}
-
-	if (ntr == 0) {
-		if (m->info.n_skesk && m->password) {
-			r = 0;
-			goto skesk;
-		}
-		if (m->info.n_skesk && !npk) {
-			r = fail(m, PD_ENOPASSWORD, "message is encrypted with a password and none was given");
-			goto out;
-		}
+	const struct pd_trials t = {
+		.esks = m->esks, .n_esk = m->n_esk,
+		.container = m->info.container, .container_version = m->info.container_version,
+		.hdr_sym_algo = m->info.sym_algo, .lim = &m->lim, .cancel = m->cancel, .budget = m->budget,
+	};
+	struct pd_trial_result res = { 0 };
+	int r = pd_trials_pkesk(&t, kr, w, m->sk, &res);
+	if (r == 1 && m->info.n_skesk && m->password) {
+		r = pd_trials_skesk(&t, m->password, m->password_len, w, m->sk, &res);
+	} else if (r == 1 && m->info.n_skesk && !res.n_fit) {
+		return fail(m, PD_ENOPASSWORD, "message is encrypted with a password and none was given");
+	} else if (r == 1) {
 		char ids[PD_MAX_RECIPIENTS * 17 + 64] = "";
 		size_t o = 0;
 		for (size_t i = 0; i < m->info.n_recipients && o + 20 < sizeof(ids); i++) {
@@ -1582,69 +1386,15 @@ int pd_msg_recover_key(struct pd_msg *m, const struct pd_keyring *kr, struct pd_
 			o += (size_t)snprintf(ids + o, sizeof(ids) - o, "%s%s", o ? ", " : "",
 			                      m->info.recipients[i].wildcard ? "anonymous" : hex);
 		}
-		r = fail(m, PD_ENOKEY, "no secret key for any recipient (%s%s)",
-		         o ? "key IDs " : "no public-key recipients", ids);
-		goto out;
+		return fail(m, PD_ENOKEY, "no secret key for any recipient (%s%s)",
+		            o ? "key IDs " : "no public-key recipients", ids);
 	}
-
-	/* Run every trial and pick the first good one without branching on
-	 * the secret outcome: the work done does not depend on which (if any)
-	 * succeeded.  When none did, the first trial's implicit-rejection key
-	 * is used and the failure surfaces as an integrity error later. */
-	uint32_t found = 0;
-	bool any = false;
-	for (size_t t = 0; t < ntr; t++) {
-		uint32_t ok = 0;
-		uint8_t sym = 0;
-		if (cancelled(m)) {
-			r = m->err;
-			goto out;
-		}
-		if (tr[t].p->version == 6 || m->info.container == 20)
-			sym = m->info.sym_algo;
-		int e = pd_unwrap(w, tr[t].k, tr[t].p, sym, cand, &ok);
-		if (e < 0) { /* public reason: this trial does not count */
-			last_err = e;
-			continue;
-		}
-		uint32_t take = (!any ? 0xFFFFFFFFu : 0) | (ok & ~found);
-		any = true;
-		m->sk->algo = pd_ct_sel8(take, cand->algo, m->sk->algo);
-		m->sk->len = pd_ct_sel8(take, cand->len, m->sk->len);
-		for (size_t b = 0; b < sizeof(m->sk->key); b++)
-			m->sk->key[b] = pd_ct_sel8(take, cand->key[b], m->sk->key[b]);
-		/* record the key that opened it (public once the message verifies) */
-		uint8_t *fp = m->info.key_fpr;
-		for (size_t b = 0; b < 32; b++)
-			fp[b] = pd_ct_sel8(take, b < tr[t].k->fpr_len ? tr[t].k->fpr[b] : 0, fp[b]);
-		m->info.key_fpr_len = pd_ct_sel8(take, tr[t].k->fpr_len, m->info.key_fpr_len);
-		m->info.pk_algo = pd_ct_sel8(take, tr[t].k->pk_algo, m->info.pk_algo);
-		found |= ok;
-	}
-	if (!any) {
-		r = fail(m, last_err, "%s: cannot use the session key packet for key(s) held", pd_strerror(last_err));
-		goto out;
-	}
-	if (m->info.container == 20) {
-		/* The OCB packet names its cipher; a v3 session key carries one too.
-		 * Take the header's, whatever the key said: a mismatch (like an
-		 * implicit-rejection key) then fails at the first chunk's tag, in
-		 * the same way and time as any other wrong key, instead of early. */
-		m->sk->algo = m->info.sym_algo;
-		m->sk->len = (uint8_t)pd_sym_keylen(m->info.sym_algo);
-	}
+	if (r < 0)
+		return fail(m, r, "%s", res.detail);
+	/* the key that opened it: public once the message verifies (a failure scrubs it) */
+	memcpy(m->info.key_fpr, res.key_fpr, sizeof(m->info.key_fpr));
+	m->info.key_fpr_len = res.key_fpr_len;
+	m->info.pk_algo = res.pk_algo;
 	m->have_key = true;
-	r = 0;
-	goto out;
-
-skesk:
-	r = recover_skesk(m, w);
-out:
-	free(pk);
-	free(tr);
-	if (cand) {
-		pd_wipe(cand, sizeof(*cand));
-		gcry_free(cand);
-	}
-	return r;
+	return 0;
 }

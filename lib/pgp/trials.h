@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The key-trial policy [runs on workers]: which (key, PKESK) pairs and
+ * which SKESKs a message tries, in which order and within which caps, and
+ * how the session key is picked from them without branching on a secret.
+ *
+ *  - PKESKs that go with the container and name a key held come first,
+ *    then anonymous (wildcard) ones against every key of a compatible
+ *    algorithm; max_key_trials caps them all.  Every planned trial runs; the
+ *    first whose decoding passed is taken in constant time, the first
+ *    trial's implicit-rejection key when none did (the container fails
+ *    then, in the same way and time as for any wrong key).
+ *  - SKESKs only when no PKESK trial fits and a password was given: the
+ *    plan (at most max_skesk_trials, each within the per-derivation caps,
+ *    all within max_kdf_mib) comes from the packets alone, before any
+ *    derivation; a v4 ESK's check is a mask, never a verdict.
+ *
+ * Everything a plan looks at is public (the outer packets); what a trial
+ * yields is secret until the container's integrity check.
+ */
+#pragma once
+#include "pgp/key.h"
+#include "pgp/skesk.h"
+#include "pgp/unwrap.h"
+
+struct pd_esk {              /* a collected session key packet */
+	uint8_t tag;             /* 1 PKESK, 3 SKESK */
+	size_t len;
+	uint8_t *body;
+};
+
+struct pd_trials {           /* what a message offers the trials: all public */
+	const struct pd_esk *esks;
+	size_t n_esk;
+	uint8_t container, container_version;
+	uint8_t hdr_sym_algo;    /* the cipher an AEAD header names (else 0) */
+	const struct pd_limits *lim;
+	const int *cancel;       /* nonzero (atomic load): stop before the next trial */
+	struct pd_budget *budget; /* Argon2 memory is taken from it during a derivation */
+};
+
+struct pd_trial_result {
+	uint8_t key_fpr[32];     /* the (sub)key taken; secret until the container verifies */
+	uint8_t key_fpr_len;
+	uint8_t pk_algo;         /* 0: a password opened it */
+	size_t n_fit;            /* PKESKs that go with the container */
+	char detail[256];        /* the sentence of an error */
+};
+
+/** Private-key trials: 0 with *sk chosen, 1 when no trial fits (the
+ * caller turns to passwords, or reports no key), or an error with
+ * res->detail (-ECANCELED, -ENOMEM, the public reason every trial failed). */
+PD_HIDDEN int pd_trials_pkesk(const struct pd_trials *t, const struct pd_keyring *kr, struct pd_worker *w,
+                              struct pd_sesskey *sk, struct pd_trial_result *res);
+/** Password trials: 0 with *sk chosen (maybe a random key, see above), or
+ * an error with res->detail (PD_ELIMIT from the plan, PD_EBADPASS when
+ * every check was an authenticated one and failed, PD_EUNSUPPORTED, ...). */
+PD_HIDDEN int pd_trials_skesk(const struct pd_trials *t, const char *pw, size_t pwlen, struct pd_worker *w,
+                              struct pd_sesskey *sk, struct pd_trial_result *res);
