@@ -18,6 +18,7 @@
 #include "pool.h"
 #include "request.h"
 #include "session.h"
+#include "stats.h"
 #include "status.h"
 
 #define container_of(p, T, m) ((T *)((char *)(p) - offsetof(T, m)))
@@ -470,7 +471,7 @@ static void job_done(struct pd_job *j)
 		pd_request_abort(r, PD_ST_OVERLOADED, "out of memory");
 		return;
 	}
-	pd_d.stats.bytes_out += r->job_plain;
+	pd_stats_bytes_out(r->job_plain);
 	if (r->verified_only && r->job_terminal && r->job_status != PD_ST_OK) {
 		/* held plaintext never leaves; o holds the RESULT alone */
 		pd_obuf_list_clear(&r->outq);
@@ -677,7 +678,7 @@ size_t pd_request_room(const struct pd_request *r)
 
 void pd_request_feed(struct pd_request *r, const uint8_t *p, size_t len)
 {
-	pd_d.stats.bytes_in += len;
+	pd_stats_bytes_in(len);
 	if (!r->decrypt || r->answered)
 		return;
 	if (r->max_in && (r->bytes_in + len > r->max_in || r->bytes_in + len < r->bytes_in)) {

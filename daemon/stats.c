@@ -106,6 +106,15 @@ char *pd_stats_render(size_t *ret_len)
 	    (unsigned long long)pd_d.stats.bytes_out);
 	put(&b, "# HELP pgpdecd_in_flight Messages being decrypted: admission slots taken (queue-length at most).\n"
 	        "# TYPE pgpdecd_in_flight gauge\npgpdecd_in_flight %u\n", pd_adm_slots());
+	struct pd_budget *mem = pd_adm_memory();
+	put(&b, "# HELP pgpdecd_memory_bytes Memory of the messages in progress, drawn from max-memory.\n"
+	        "# TYPE pgpdecd_memory_bytes gauge\npgpdecd_memory_bytes %llu\n"
+	        "# HELP pgpdecd_memory_limit_bytes max-memory.\n"
+	        "# TYPE pgpdecd_memory_limit_bytes gauge\npgpdecd_memory_limit_bytes %llu\n",
+	    mem ? (unsigned long long)pd_budget_used(mem) : 0ULL, mem ? (unsigned long long)pd_budget_limit(mem) : 0ULL);
+	put(&b, "# HELP pgpdecd_verified_held_bytes Plaintext held back for verified-only requests (max-verified-total).\n"
+	        "# TYPE pgpdecd_verified_held_bytes gauge\npgpdecd_verified_held_bytes %llu\n",
+	    (unsigned long long)pd_adm_held());
 	put(&b, "# HELP pgpdecd_unsent_bytes Output queued for writing on all connections (max-write-buffer pauses decryption).\n"
 	        "# TYPE pgpdecd_unsent_bytes gauge\npgpdecd_unsent_bytes %llu\n", (unsigned long long)pd_sessions_unsent());
 	put(&b, "# HELP pgpdecd_write_paused 1 while decryption is paused because max-write-buffer is reached.\n"

@@ -113,6 +113,7 @@ def test_verified_only_budget_does_not_drift(world, mkdaemon):
     c = d.client()
     got, res, _ = c.decrypt(big, flags=pdwire.F_VERIFIED_ONLY)
     assert res["name"] == "OK" and got == big_plain, res
+    assert stats(d)["pgpdecd_verified_held_bytes"] == 0
 
 
 def test_argon2_memory_zero_refuses_argon2(world, mkdaemon):
@@ -166,8 +167,8 @@ def test_memory_budget_bounds_stalled_requests(world, mkdaemon, tmp_path):
     for c, _ in stalled:
         c.close()
     deadline = time.time() + 30
-    while stats(d)["pgpdecd_in_flight"] != 0:
-        assert time.time() < deadline
+    while stats(d)["pgpdecd_in_flight"] != 0 or stats(d)["pgpdecd_memory_bytes"] != 0:
+        assert time.time() < deadline, stats(d)
         time.sleep(0.05)
     # the budget came back whole: four large messages in a row still fit one at a time
     c = d.client()

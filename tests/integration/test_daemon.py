@@ -336,6 +336,7 @@ def test_200_concurrent_clients(world, daemon):
     stats = pdwire.parse_prometheus(daemon.client().stats())
     assert stats['pgpdecd_requests_total{status="OK"}'] == 600
     assert stats["pgpdecd_in_flight"] == 0
+    assert stats["pgpdecd_memory_bytes"] == 0 and stats["pgpdecd_verified_held_bytes"] == 0
 
 
 def test_split_rsa_operations(world, tmp_path):
@@ -545,7 +546,9 @@ def test_vanishing_client(world, daemon):
         if pdwire.parse_prometheus(c.stats())["pgpdecd_in_flight"] == 0:
             break
         time.sleep(0.1)
-    assert pdwire.parse_prometheus(c.stats())["pgpdecd_in_flight"] == 0
+    st = pdwire.parse_prometheus(c.stats())
+    assert st["pgpdecd_in_flight"] == 0
+    assert st["pgpdecd_memory_bytes"] == 0  # every request gave its memory back
 
 
 @pytest.mark.parametrize("bad", [

@@ -204,8 +204,8 @@ def test_verified_only_hold_limit_waits_for_the_verdict(world, tmp_path):
     end gets the fixed INTEGRITY reply (before: LIMIT for both, at once)."""
     d = Daemon(world, tmp_path, "--max-verified-size", "256K")
     try:
-        plain, msg = world["msgs"][5]  # 1 MiB of random plaintext, no compression
-        assert len(plain) > 256 * 1024
+        plain, msg = world["msgs"][6]  # 3 MB of plaintext, binary, uncompressed
+        assert len(plain) > 256 * 1024 and msg[0] & 0x80  # binary: the flip below hits ciphertext
         c = d.client()
         _, res, _ = c.read_reply(c.send_decrypt(msg, flags=pdwire.F_VERIFIED_ONLY))
         assert res["name"] == "LIMIT", res
