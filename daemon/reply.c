@@ -18,7 +18,7 @@ static struct pd_obuf *frame_obuf(uint8_t type, uint32_t id, const void *p, size
 		return NULL;
 	int n = pd_frame_encode(o->data, o->cap, type, id, p, len);
 	if (n < 0) {
-		free(o);
+		pd_obuf_free(o);
 		return NULL;
 	}
 	o->len = (size_t)n;
@@ -32,7 +32,7 @@ static int put_result(struct pd_obuf_list *l, uint32_t id, const struct pd_resul
 		return -ENOMEM;
 	int n = pd_frame_encode_result(o->data, o->cap, id, res, NULL);
 	if (n < 0) {
-		free(o);
+		pd_obuf_free(o);
 		return n;
 	}
 	o->len = (size_t)n;
@@ -104,7 +104,7 @@ static int build_keys(uint32_t id, const uint8_t *p, size_t plen, uint32_t max_f
 			return -ENOMEM;
 		int k = pd_frame_encode_key(o->data, o->cap, id, &ki);
 		if (k < 0) {
-			free(o);
+			pd_obuf_free(o);
 			return k;
 		}
 		o->len = (size_t)k;

@@ -269,8 +269,7 @@ static void on_write(uv_write_t *wr, int status)
 	struct pd_session *s = o->owner;
 	size_t n = o->cap; /* bytes queued, stored at submission */
 
-	explicit_bzero(o->data, o->len);
-	free(o);
+	pd_obuf_free(o);
 	unsent_sub(s, n);
 	s->last_write = uv_now(pd_d.loop);
 	if (is_closing(s))
@@ -299,8 +298,7 @@ static void write_raw(struct pd_session *s, struct pd_obuf *o)
 	int r;
 
 	if (is_closing(s)) {
-		explicit_bzero(o->data, o->len);
-		free(o);
+		pd_obuf_free(o);
 		return;
 	}
 	if (!s->wbytes) {
@@ -309,16 +307,14 @@ static void write_raw(struct pd_session *s, struct pd_obuf *o)
 		if (r > 0)
 			off = (size_t)r;
 		else if (r != UV_EAGAIN && r != UV_ENOSYS) {
-			explicit_bzero(o->data, o->len);
-			free(o);
+			pd_obuf_free(o);
 			pd_log_debug("NET", "%s: write failed: %s", s->peer.name, uv_strerror(r));
 			pd_session_close(s);
 			return;
 		}
 	}
 	if (off == o->len) {
-		explicit_bzero(o->data, o->len);
-		free(o);
+		pd_obuf_free(o);
 		return;
 	}
 	uv_buf_t b = uv_buf_init((char *)o->data + off, (unsigned)(o->len - off));
@@ -329,8 +325,7 @@ static void write_raw(struct pd_session *s, struct pd_obuf *o)
 		s->last_write = uv_now(pd_d.loop);
 	r = uv_write(&o->wr, &s->io.s, &b, 1, on_write);
 	if (r < 0) {
-		explicit_bzero(o->data, o->len);
-		free(o);
+		pd_obuf_free(o);
 		pd_session_close(s);
 		return;
 	}
@@ -361,8 +356,7 @@ static void write_obuf(struct pd_session *s, struct pd_obuf *o)
 		return;
 	}
 	int r = pd_tls_write(s->tls, o->data, o->len);
-	explicit_bzero(o->data, o->len);
-	free(o);
+	pd_obuf_free(o);
 	if (r < 0) {
 		pd_log_debug("TLS", "%s: %s", s->peer.name, pd_tls_detail(s->tls));
 		pd_session_close(s);
@@ -420,7 +414,7 @@ static void session_fail(struct pd_session *s, uint16_t status, const char *sent
 			o->len = (size_t)n;
 			write_obuf(s, o);
 		} else {
-			free(o);
+			pd_obuf_free(o);
 		}
 	}
 	if (!is_closing(s) && !s->wbytes)
@@ -482,7 +476,7 @@ static void handle_hello(struct pd_session *s, const uint8_t *p, size_t len)
 	struct pd_obuf *o = pd_obuf_new(PD_FRAME_HELLO_MAX);
 	int n = o ? pd_frame_encode_server_hello(o->data, o->cap, &out) : -ENOMEM;
 	if (n < 0) {
-		free(o);
+		pd_obuf_free(o);
 		session_fail(s, PD_ST_INTERNAL, "cannot encode HELLO");
 		return;
 	}
