@@ -31,6 +31,7 @@
 #include <gcrypt.h>
 
 #include "armor.h"
+#include "buf.h"
 #include "pgp/algo.h"
 #include "pgp/inflate.h"
 #include "pgp/key.h"
@@ -51,16 +52,11 @@
  * pd_msg_step(), which drops the inner layers; never returned by the API. */
 #define PD_EDEFER (-4099)
 
-/* Buffers start at BUF_MIN and double up to BUF_SIZE only when a producer
- * fills all the room it is given, i.e. for bulk data: a 4 KiB message
- * touches (and later wipes) a few KiB, not 64 KiB per layer, and its
- * allocations stay small enough that malloc does not trim and re-grow the
- * heap around every message.  hw (high-water mark) bounds what was ever
- * written, so only that much is wiped. */
-struct buf {
-	uint8_t *d;
-	size_t cap, start, end, hw;
-};
+/* Buffers (pd_buf, buf.h) start at BUF_MIN and double up to BUF_SIZE only
+ * when a producer fills all the room it is given, i.e. for bulk data: a
+ * 4 KiB message touches (and later wipes) a few KiB, not 64 KiB per layer,
+ * and its allocations stay small enough that malloc does not trim and
+ * re-grow the heap around every message. */
 
 enum lstate {
 	L_HEADER,       /* expecting a packet header */
@@ -77,8 +73,8 @@ enum coll_kind { C_PKESK, C_SKESK, C_CONTAINER, C_LITHDR, C_OPS, C_SIG, C_COMPRE
 enum xkind { X_NONE, X_CFB, X_AEAD, X_INFLATE };
 
 struct layer {
-	struct buf *in;        /* this layer's packet stream */
-	struct buf own;        /* storage for it (layer 0 uses the input buffer when binary) */
+	struct pd_buf *in;        /* this layer's packet stream */
+	struct pd_buf own;        /* storage for it (layer 0 uses the input buffer when binary) */
 	bool in_eof;           /* the producer has finished */
 	uint64_t off;          /* stream octets consumed, for error offsets */
 	enum lstate st;
@@ -113,7 +109,7 @@ struct pd_msg {
 	int mode;              /* -1 unknown, 0 binary, 1 armored */
 	bool armor_end;
 	struct pd_armor armor;
-	struct buf raw;        /* caller's input */
+	struct pd_buf raw;        /* caller's input */
 	struct layer layers[LAYERS_MAX];
 	size_t depth;          /* layers in use */
 	uint8_t *coll;         /* COLL_MAX octets */
@@ -143,76 +139,17 @@ _Static_assert(PD_MSG_BASE_MEMORY == 2 * BUF_SIZE + COLL_MAX, "PD_MSG_BASE_MEMOR
 /* ------------------------------------------------------------------ */
 /* buffers */
 
-static size_t buf_avail(const struct buf *b) { return b->end - b->start; }
-static const uint8_t *buf_data(const struct buf *b) { return b->d + b->start; }
-
-static void buf_consume(struct buf *b, size_t n)
-{
-	b->start += n;
-	if (b->start == b->end)
-		b->start = b->end = 0;
-}
-
-/* Room at the end, compacting when the free tail gets small. */
-static size_t buf_space(struct buf *b)
-{
-	if (b->start && b->cap - b->end < b->cap / 2) {
-		memmove(b->d, b->d + b->start, b->end - b->start);
-		b->end -= b->start;
-		b->start = 0;
-	}
-	return b->cap - b->end;
-}
-
-/* n octets were written at the end. */
-static void buf_commit(struct buf *b, size_t n)
-{
-	b->end += n;
-	if (b->end > b->hw)
-		b->hw = b->end;
-}
-
-/* Move to storage of at least want octets (doubling, capped at BUF_SIZE);
- * the old storage is wiped.  Failure is not an error: the buffer simply
- * stays smaller. */
-static void buf_grow(struct buf *b, size_t want)
-{
-	size_t ncap = b->cap;
-	while (ncap < want && ncap < BUF_SIZE)
-		ncap *= 2;
-	ncap = PD_MIN(ncap, (size_t)BUF_SIZE);
-	if (ncap <= b->cap)
-		return;
-	uint8_t *n = malloc(ncap);
-	if (!n)
-		return;
-	size_t av = buf_avail(b);
-	memcpy(n, b->d + b->start, av);
-	pd_wipe(b->d, b->hw);
-	free(b->d);
-	*b = (struct buf){ .d = n, .cap = ncap, .start = 0, .end = av, .hw = av };
-}
-
-/* A producer filled all the room it had: the stream is bulk, go bigger. */
-static void buf_filled(struct buf *b)
+/* A producer filled all the room it had: the stream is bulk, go bigger
+ * (failure is not an error: the buffer simply stays smaller). */
+static void buf_filled(struct pd_buf *b)
 {
 	if (b->cap < BUF_SIZE)
-		buf_grow(b, b->cap * 2);
+		pd_buf_grow(b, b->cap * 2, BUF_SIZE);
 }
 
-static int buf_init(struct buf *b)
+static int buf_init(struct pd_buf *b)
 {
-	*b = (struct buf){ .d = malloc(BUF_MIN), .cap = BUF_MIN };
-	return b->d ? 0 : -ENOMEM;
-}
-
-static void buf_deinit(struct buf *b)
-{
-	if (b->d) {
-		pd_wipe(b->d, b->hw);
-		free(b->d);
-	}
-	*b = (struct buf){ 0 };
+	return pd_buf_init(b, BUF_MIN) < 0 ? -ENOMEM : 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -380,8 +317,8 @@ static bool may_be_partial(uint8_t tag)
 static int parse_header(struct pd_msg *m, size_t li)
 {
 	struct layer *L = &m->layers[li];
-	size_t av = buf_avail(L->in);
-	const uint8_t *p = buf_data(L->in);
+	size_t av = pd_buf_len(L->in);
+	const uint8_t *p = pd_buf_data(L->in);
 	uint64_t len = 0;
 	size_t hlen;
 	bool partial = false, indet = false;
@@ -420,7 +357,7 @@ static int parse_header(struct pd_msg *m, size_t li)
 		return fail_inner(m, li, PD_EMALFORMED, "partial or indeterminate length on a packet that must not have one");
 	if (++m->npackets > m->lim.max_packets)
 		return fail_at(m, li, PD_ELIMIT, "limit exceeded: more than %u packets", m->lim.max_packets);
-	buf_consume(L->in, hlen);
+	pd_buf_consume(L->in, hlen);
 	L->off += hlen;
 	L->tag = tag;
 	L->part_left = len;
@@ -436,10 +373,10 @@ static int body_peek(struct pd_msg *m, size_t li, const uint8_t **p, size_t *n)
 {
 	struct layer *L = &m->layers[li];
 	for (;;) {
-		size_t av = buf_avail(L->in);
+		size_t av = pd_buf_len(L->in);
 		if (L->indet) {
 			if (av) {
-				*p = buf_data(L->in);
+				*p = pd_buf_data(L->in);
 				*n = av;
 				return 1;
 			}
@@ -448,7 +385,7 @@ static int body_peek(struct pd_msg *m, size_t li, const uint8_t **p, size_t *n)
 		if (L->part_left) {
 			if (!av)
 				return L->in_eof ? fail_inner(m, li, PD_ETRUNCATED, "packet body truncated") : PD_EAGAIN;
-			*p = buf_data(L->in);
+			*p = pd_buf_data(L->in);
 			*n = (size_t)PD_MIN((uint64_t)av, L->part_left);
 			return 1;
 		}
@@ -457,13 +394,13 @@ static int body_peek(struct pd_msg *m, size_t li, const uint8_t **p, size_t *n)
 		uint64_t len;
 		bool partial;
 		size_t hlen;
-		int r = parse_newlen(buf_data(L->in), av, &len, &partial, &hlen);
+		int r = parse_newlen(pd_buf_data(L->in), av, &len, &partial, &hlen);
 		if (r == PD_EAGAIN)
 			return L->in_eof ? fail_inner(m, li, PD_ETRUNCATED, "truncated partial length") : r;
 		if (++L->nparts > m->lim.max_partials)
 			return fail_at(m, li, PD_ELIMIT, "limit exceeded: more than %u partial-length parts",
 			               m->lim.max_partials);
-		buf_consume(L->in, hlen);
+		pd_buf_consume(L->in, hlen);
 		L->off += hlen;
 		L->part_left = len;
 		L->partial = partial;
@@ -472,7 +409,7 @@ static int body_peek(struct pd_msg *m, size_t li, const uint8_t **p, size_t *n)
 
 static void body_consume(struct layer *L, size_t n)
 {
-	buf_consume(L->in, n);
+	pd_buf_consume(L->in, n);
 	L->off += n;
 	if (!L->indet)
 		L->part_left -= n;
@@ -625,7 +562,7 @@ static void pop_layer(struct pd_msg *m)
 {
 	struct layer *c = &m->layers[--m->depth];
 	zfree(m, c);
-	buf_deinit(&c->own);
+	pd_buf_free(&c->own);
 	mem_give(m, c->bufmem);
 	*c = (struct layer){ 0 };
 }
@@ -925,9 +862,9 @@ static int run_deepest(struct pd_msg *m, uint8_t *out, size_t cap, size_t *ret_l
 		case L_DRAIN:
 			/* After a deferred error: the container runs on, its output
 			 * goes nowhere; its end (MDC verified) reports the error. */
-			n = buf_avail(L->in);
+			n = pd_buf_len(L->in);
 			if (n) {
-				buf_consume(L->in, n);
+				pd_buf_consume(L->in, n);
 				L->off += n;
 				*progress = true;
 			}
@@ -976,10 +913,10 @@ static int run_xform(struct pd_msg *m, size_t li, struct pd_worker *w, bool *pro
 			*progress = true;
 			continue;
 		}
-		size_t space = buf_space(C->in);
+		size_t space = pd_buf_room(C->in);
 		if (!space)
 			return 0;
-		uint8_t *dst = C->in->d + C->in->end;
+		uint8_t *dst = pd_buf_tail(C->in);
 		switch (L->xk) {
 		case X_CFB:
 			r = pd_cfb_run(m->cfb, p, n, &used, dst, space, &produced, eof);
@@ -1003,7 +940,7 @@ static int run_xform(struct pd_msg *m, size_t li, struct pd_worker *w, bool *pro
 			return fail(m, r, "decryption failed: %s", pd_strerror(r));
 		}
 		body_consume(L, used);
-		buf_commit(C->in, produced);
+		pd_buf_commit(C->in, produced);
 		/* Room was the limit (SEIPD v1 keeps its 22 MDC octets back, so
 		 * "nearly all of it" counts): a bulk stream, let the buffer grow. */
 		if (produced + 64 >= space)
@@ -1120,8 +1057,8 @@ struct pd_msg *pd_msg_free(struct pd_msg *m, struct pd_worker *w)
 	while (m->depth > 1)
 		pop_layer(m);
 	zfree(m, &m->layers[0]);
-	buf_deinit(&m->layers[0].own);
-	buf_deinit(&m->raw);
+	pd_buf_free(&m->layers[0].own);
+	pd_buf_free(&m->raw);
 	pd_cfb_free(m->cfb, w);
 	pd_aead_free(m->aead, w);
 	for (size_t i = 0; i < m->n_esk; i++) {
@@ -1150,7 +1087,7 @@ size_t pd_msg_input_space(const struct pd_msg *m)
 {
 	if (m->armor_end)
 		return SIZE_MAX; /* everything after the armor is ignored */
-	return BUF_SIZE - buf_avail(&m->raw); /* pd_msg_write() grows the buffer to that */
+	return BUF_SIZE - pd_buf_len(&m->raw); /* pd_msg_write() grows the buffer to that */
 }
 
 int pd_msg_write(struct pd_msg *m, const uint8_t *in, size_t len, size_t *ret_consumed)
@@ -1167,13 +1104,12 @@ int pd_msg_write(struct pd_msg *m, const uint8_t *in, size_t len, size_t *ret_co
 	if (m->lim.max_input && m->info.bytes_in + len > m->lim.max_input)
 		return fail(m, PD_ELIMIT, "limit exceeded: message larger than %llu octets",
 		            (unsigned long long)m->lim.max_input);
-	size_t n = PD_MIN(len, buf_space(&m->raw));
+	size_t n = PD_MIN(len, pd_buf_room(&m->raw));
 	if (n < len && m->raw.cap < BUF_SIZE) {
-		buf_grow(&m->raw, buf_avail(&m->raw) + len);
-		n = PD_MIN(len, buf_space(&m->raw));
+		pd_buf_grow(&m->raw, pd_buf_len(&m->raw) + len, BUF_SIZE);
+		n = PD_MIN(len, pd_buf_room(&m->raw));
 	}
-	memcpy(m->raw.d + m->raw.end, in, n);
-	buf_commit(&m->raw, n);
+	pd_buf_put(&m->raw, in, n);
 	m->info.bytes_in += n;
 	*ret_consumed = n;
 	return 0;
@@ -1247,16 +1183,16 @@ static int run_input(struct pd_msg *m, bool *progress)
 	struct layer *L0 = &m->layers[0];
 
 	if (m->mode < 0) {
-		int r = pd_armor_detect(buf_data(&m->raw), buf_avail(&m->raw), m->input_closed);
+		int r = pd_armor_detect(pd_buf_data(&m->raw), pd_buf_len(&m->raw), m->input_closed);
 		/* Undecided with the input closed, or with a full input buffer (a
 		 * text preamble longer than the buffer, no BEGIN line in it): not
 		 * OpenPGP.  Waiting would never end: no room for more input. */
-		if (r == PD_EAGAIN && (m->input_closed || buf_avail(&m->raw) >= BUF_SIZE))
+		if (r == PD_EAGAIN && (m->input_closed || pd_buf_len(&m->raw) >= BUF_SIZE))
 			r = PD_ENOTPGP;
 		if (r == PD_EAGAIN)
 			return 0;
 		if (r < 0)
-			return fail(m, r, buf_avail(&m->raw) ? "input is neither armored nor binary OpenPGP data" :
+			return fail(m, r, pd_buf_len(&m->raw) ? "input is neither armored nor binary OpenPGP data" :
 			            "empty input");
 		m->mode = r;
 		m->info.armored = r == 1;
@@ -1277,11 +1213,11 @@ static int run_input(struct pd_msg *m, bool *progress)
 		return 0;
 	}
 	while (!m->armor_end) {
-		size_t used = 0, produced = 0, space = buf_space(L0->in);
-		int r = pd_armor_decode(&m->armor, buf_data(&m->raw), buf_avail(&m->raw), &used,
-		                        L0->in->d + L0->in->end, space, &produced, m->input_closed);
-		buf_consume(&m->raw, used);
-		buf_commit(L0->in, produced);
+		size_t used = 0, produced = 0, space = pd_buf_room(L0->in);
+		int r = pd_armor_decode(&m->armor, pd_buf_data(&m->raw), pd_buf_len(&m->raw), &used,
+		                        pd_buf_tail(L0->in), space, &produced, m->input_closed);
+		pd_buf_consume(&m->raw, used);
+		pd_buf_commit(L0->in, produced);
 		if (produced && produced == space)
 			buf_filled(L0->in);
 		if (r < 0)
