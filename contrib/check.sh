@@ -7,9 +7,12 @@
 #   2. builds into build/ and runs the whole meson test suite,
 #   3. builds into build-asan/ with -Db_sanitize=address,undefined and runs
 #      the whole suite again; any sanitizer report fails the run,
-#   4. prints a summary.  Exit status: 0 only if everything passed.
+#   4. runs every libFuzzer target for 60 s (contrib/fuzz.sh 60, clang, in
+#      build-libfuzzer/); any finding fails the run,
+#   5. prints a summary.  Exit status: 0 only if everything passed.
 #
 # Environment: JOBS (default 2), PD_CHECK_SKIP_ASAN=1 to skip step 3,
+# PD_CHECK_SKIP_FUZZ=1 to skip step 4, PD_CHECK_FUZZ_SECONDS (default 60),
 # PD_CHECK_NO_INSTALL=1 to skip step 1.
 set -eu
 
@@ -25,12 +28,15 @@ PKGS_BUILD="meson ninja-build pkg-config gcc libc6-dev libgcrypt20-dev libgpg-er
  libinih-dev"
 PKGS_TEST="python3 python3-pytest python3-cryptography gnupg sq rnp sqop gosop gnutls-bin
  systemd scdoc man-db groff-base lintian debhelper devscripts"
+# contrib/fuzz.sh: clang, and libFuzzer's runtime (libclang_rt.fuzzer, in
+# libclang-rt-14-dev on Debian 12)
+PKGS_FUZZ="clang libclang-rt-14-dev"
 
 say() { printf '\n=== %s\n' "$*"; }
 
 install_missing() {
 	missing=""
-	for p in $PKGS_BUILD $PKGS_TEST; do
+	for p in $PKGS_BUILD $PKGS_TEST $PKGS_FUZZ; do
 		if ! dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
 			missing="$missing $p"
 		fi
@@ -134,6 +140,14 @@ if [ "${PD_CHECK_SKIP_ASAN:-0}" != 1 ]; then
 	w2=$(grep -c 'warning:' build-asan/meson-logs/build-check.log 2>/dev/null || true)
 fi
 
+r3=SKIPPED
+T4=$T3
+if [ "${PD_CHECK_SKIP_FUZZ:-0}" != 1 ]; then
+	say "build-libfuzzer/ (every fuzz target for ${PD_CHECK_FUZZ_SECONDS:-60}s)"
+	if FUZZ_JOBS=$JOBS contrib/fuzz.sh "${PD_CHECK_FUZZ_SECONDS:-60}"; then r3=PASS; else r3=FAIL; status=1; fi
+	T4=$(date +%s)
+fi
+
 say "summary"
 if [ -f build/interop-matrix.txt ]; then
 	echo "interop matrix (build/):"
@@ -142,6 +156,10 @@ fi
 printf 'build/       %-28s %s; %s compiler warnings; %ss\n' "$r1" "$(count_results build)" "$w1" $((T2 - T1))
 if [ "$r2" != SKIPPED ]; then
 	printf 'build-asan/  %-28s %s; %s compiler warnings; %ss\n' "$r2" "$(count_results build-asan)" "$w2" $((T3 - T2))
+fi
+if [ "$r3" != SKIPPED ]; then
+	printf 'build-libfuzzer/ %-24s %ss; per target:\n' "$r3" $((T4 - T3))
+	sed 's/^/  /' build-libfuzzer/fuzz-out/summary 2>/dev/null || true
 fi
 printf 'total        %ss\n' $(($(date +%s) - T0))
 if [ $status = 0 ]; then echo "check.sh: ALL PASSED"; else echo "check.sh: FAILED"; fi

@@ -129,8 +129,9 @@ for t in $TARGETS; do
 "
 done
 
+if [ $status = 0 ]; then verdict="fuzz.sh: no findings"; else verdict="fuzz.sh: FINDINGS (see above)"; fi
+printf '%s%s\n' "$summary" "$verdict" >"$OUT/summary" # check.sh prints it
 echo
 echo "=== fuzz.sh summary (${SECONDS_EACH}s per target; logs and findings in $BUILD/fuzz-out/)"
-printf '%s' "$summary"
-if [ $status = 0 ]; then echo "fuzz.sh: no findings"; else echo "fuzz.sh: FINDINGS (see above)"; fi
+cat "$OUT/summary"
 exit $status

@@ -44,7 +44,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	(void)argc;
 	(void)argv;
 	if (ini_fd < 0) {
-		snprintf(ini_path, sizeof(ini_path), "/tmp/pd-fuzz-config-XXXXXX");
+		/* tmpfs if there is one: the file is rewritten for every input */
+		snprintf(ini_path, sizeof(ini_path), "%s/pd-fuzz-config-XXXXXX", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
 		ini_fd = mkstemp(ini_path);
 		CHECK(ini_fd >= 0);
 		null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
