@@ -10,6 +10,7 @@
 #include <gcrypt.h>
 
 #include "admission.h"
+#include "buf.h"
 #include "daemon.h"
 #include "frame.h"
 #include "keys.h"
@@ -52,9 +53,9 @@ struct pd_request {
 	struct pd_job job;
 
 	/* Ciphertext: the loop appends to lin; at submission lin moves into
-	 * jin, which only the job touches while it is out. */
-	uint8_t *lin, *jin;
-	size_t lin_len, jin_len, in_cap;
+	 * jin, which only the job touches while it is out (pd_buf, buf.h). */
+	struct pd_buf lin, jin;
+	size_t in_cap;
 	bool job_end;           /* snapshot: tell the engine the input ended */
 	bool end_told;
 
@@ -157,9 +158,7 @@ static struct pd_obuf *result_obuf(uint32_t id, uint16_t status, const char *err
 
 static void drop_input(struct pd_request *r)
 {
-	if (r->lin)
-		explicit_bzero(r->lin, r->lin_len);
-	r->lin_len = 0;
+	pd_buf_wipe(&r->lin);
 }
 
 void pd_request_abort(struct pd_request *r, uint16_t status, const char *sentence)
@@ -286,9 +285,9 @@ static void job_work(struct pd_job *j, struct pd_worker *w)
 	}
 	for (;;) {
 		/* Feed what we have. */
-		while (jpos < r->jin_len && pd_msg_input_space(r->m) > 0) {
+		while (jpos < pd_buf_len(&r->jin) && pd_msg_input_space(r->m) > 0) {
 			size_t used = 0;
-			st = pd_msg_write(r->m, r->jin + jpos, r->jin_len - jpos, &used);
+			st = pd_msg_write(r->m, pd_buf_data(&r->jin) + jpos, pd_buf_len(&r->jin) - jpos, &used);
 			if (st < 0) {
 				job_result(r, &fw, st, w);
 				goto out;
@@ -297,7 +296,7 @@ static void job_work(struct pd_job *j, struct pd_worker *w)
 				break;
 			jpos += used;
 		}
-		if (jpos == r->jin_len && r->job_end && !r->end_told) {
+		if (jpos == pd_buf_len(&r->jin) && r->job_end && !r->end_told) {
 			r->end_told = true;
 			st = pd_msg_close_input(r->m);
 			if (st < 0) {
@@ -321,9 +320,9 @@ static void job_work(struct pd_job *j, struct pd_worker *w)
 			continue;
 		}
 		if (st == PD_STEP_NEED_INPUT) {
-			if (jpos < r->jin_len && pd_msg_input_space(r->m) > 0)
+			if (jpos < pd_buf_len(&r->jin) && pd_msg_input_space(r->m) > 0)
 				continue; /* the engine made room: feed more */
-			if (jpos < r->jin_len) {
+			if (jpos < pd_buf_len(&r->jin)) {
 				/* Wants input with a full buffer: it can never progress.
 				 * An engine bug, but never a spinning worker. */
 				job_result(r, &fw, PD_EINTERNAL, w);
@@ -363,12 +362,8 @@ static void job_work(struct pd_job *j, struct pd_worker *w)
 	}
 	close_frame(&fw);
 out:
-	/* Keep the unread rest of jin at its front for the next job. */
-	if (jpos) {
-		memmove(r->jin, r->jin + jpos, r->jin_len - jpos);
-		explicit_bzero(r->jin + r->jin_len - jpos, jpos);
-		r->jin_len -= jpos;
-	}
+	/* The unread rest of jin stays for the next job. */
+	pd_buf_consume(&r->jin, jpos);
 }
 
 /* ---------------------------------------------------------------- */
@@ -384,14 +379,8 @@ static void free_req(struct pd_request *r)
 	drop_password(r);
 	slot_release(r);
 	/* Consumed ciphertext is wiped as it goes; only the rest is left. */
-	if (r->lin) {
-		explicit_bzero(r->lin, r->lin_len);
-		free(r->lin);
-	}
-	if (r->jin) {
-		explicit_bzero(r->jin, r->jin_len);
-		free(r->jin);
-	}
+	pd_buf_free(&r->lin);
+	pd_buf_free(&r->jin);
 	if (r->mem)
 		pd_budget_give(pd_adm_memory(), r->mem);
 	free(r);
@@ -509,7 +498,7 @@ void pd_request_kick(struct pd_request *r)
 
 	if (!r->decrypt || r->answered || r->job_inflight || !r->m || !r->s)
 		return;
-	if (r->wait == W_INPUT && !r->lin_len && !(r->input_ended && !r->end_told))
+	if (r->wait == W_INPUT && !pd_buf_len(&r->lin) && !(r->input_ended && !r->end_told))
 		return; /* nothing new to feed */
 	if (!r->verified_only) {
 		if (r->outq.bytes >= r->out_limit)
@@ -518,18 +507,17 @@ void pd_request_kick(struct pd_request *r)
 			return;
 	}
 	/* Move ciphertext across the hand-off. */
-	size_t n = r->in_cap - r->jin_len;
-	if (n > r->lin_len)
-		n = r->lin_len;
+	size_t n = r->in_cap - pd_buf_len(&r->jin);
+	if (n > pd_buf_len(&r->lin))
+		n = pd_buf_len(&r->lin);
 	if (n) {
-		memcpy(r->jin + r->jin_len, r->lin, n);
-		r->jin_len += n;
-		memmove(r->lin, r->lin + n, r->lin_len - n);
-		explicit_bzero(r->lin + r->lin_len - n, n);
-		r->lin_len -= n;
+		if (pd_buf_tail_room(&r->jin) < n)
+			pd_buf_compact(&r->jin);
+		pd_buf_put(&r->jin, pd_buf_data(&r->lin), n);
+		pd_buf_consume(&r->lin, n); /* overwritten or wiped later, see buf.h */
 		pd_session_wake(r->s); /* room for more ciphertext */
 	}
-	r->job_end = r->input_ended && !r->lin_len;
+	r->job_end = r->input_ended && !pd_buf_len(&r->lin);
 	r->job.work = job_work;
 	r->job.done = job_done;
 	err = pd_pool_submit(pd_d.pool, &r->job);
@@ -619,9 +607,8 @@ static bool activate(struct pd_request *r)
 		return false;
 	}
 	r->mem = need;
-	r->lin = malloc(r->in_cap);
-	r->jin = malloc(r->in_cap);
-	int err = (r->lin && r->jin) ? pd_msg_new(&r->m, &r->lim) : -ENOMEM;
+	int err = pd_buf_init(&r->lin, r->in_cap) == 0 && pd_buf_init(&r->jin, r->in_cap) == 0 ?
+	          pd_msg_new(&r->m, &r->lim) : -ENOMEM;
 	if (err == 0)
 		err = pd_msg_set_budget(r->m, b);
 	if (err == 0 && r->password)
@@ -673,7 +660,7 @@ size_t pd_request_room(const struct pd_request *r)
 {
 	if (!r->decrypt || r->answered)
 		return SIZE_MAX; /* discarding */
-	return r->in_cap - r->lin_len;
+	return r->in_cap - pd_buf_len(&r->lin); /* compacted in pd_request_feed() if need be */
 }
 
 void pd_request_feed(struct pd_request *r, const uint8_t *p, size_t len)
@@ -690,12 +677,13 @@ void pd_request_feed(struct pd_request *r, const uint8_t *p, size_t len)
 	r->bytes_in += len;
 	if (len && !activate(r))
 		return;
-	if (len > r->in_cap - r->lin_len) { /* the session checks room; never overflow */
+	if (len > r->in_cap - pd_buf_len(&r->lin)) { /* the session checks room; never overflow */
 		pd_request_abort(r, PD_ST_INTERNAL, "input buffer overflow");
 		return;
 	}
-	memcpy(r->lin + r->lin_len, p, len);
-	r->lin_len += len;
+	if (pd_buf_tail_room(&r->lin) < len)
+		pd_buf_compact(&r->lin);
+	pd_buf_put(&r->lin, p, len);
 }
 
 void pd_request_end(struct pd_request *r)
