@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "pd-config.h"
+#include "buf.h"
 #include "daemon.h"
 #include "frame.h"
 #include "keys.h"
@@ -73,8 +74,7 @@ struct pd_session {
 	struct pd_peer peer; /* who, for the limits, the allow-lists and debug logs */
 
 	struct pd_frame_decoder *dec;
-	uint8_t *rbuf;
-	size_t rstart, rend;
+	struct pd_buf rb;         /* read buffer (RBUF_SIZE), buf.h */
 	bool reading, eof, throttled;
 	bool tls_full;            /* the TLS layer stopped for want of read-buffer room */
 	uv_shutdown_t shutdown_req;
@@ -184,9 +184,7 @@ static void on_close(uv_handle_t *h)
 	struct pd_session *s = h->data;
 	pd_tls_free(s->tls);
 	pd_frame_decoder_free(s->dec);
-	if (s->rbuf)
-		explicit_bzero(s->rbuf, RBUF_SIZE);
-	free(s->rbuf);
+	pd_buf_free(&s->rb);
 	free(s->reqs);
 	free(s);
 }
@@ -404,9 +402,7 @@ static void session_fail(struct pd_session *s, uint16_t status, const char *sent
 	set_state(s, SS_FAILING);
 	s->fail_time = uv_now(pd_d.loop);
 	drop_requests(s);
-	if (s->rbuf)
-		explicit_bzero(s->rbuf + s->rstart, s->rend - s->rstart);
-	s->rstart = s->rend = 0; /* from now on, input is read and dropped */
+	pd_buf_wipe(&s->rb); /* from now on, input is read and dropped */
 	struct pd_obuf *o = pd_obuf_new(PD_FRAME_HELLO_MAX);
 	if (o) {
 		int n = pd_frame_encode_error(o->data, o->cap, status, pd_status_name(status), sentence);
@@ -626,14 +622,14 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 		*buf = uv_buf_init((char *)p, (unsigned)room);
 		return;
 	}
-	*buf = uv_buf_init((char *)s->rbuf + s->rend, (unsigned)(RBUF_SIZE - s->rend));
+	*buf = uv_buf_init((char *)pd_buf_tail(&s->rb), (unsigned)pd_buf_tail_room(&s->rb));
 }
 
 static void update_reading(struct pd_session *s)
 {
 	uint8_t *p;
 	bool want = !is_closing(s) && !s->eof &&
-	            (s->tls ? pd_tls_in_room(s->tls, &p) > 0 : s->rend < RBUF_SIZE);
+	            (s->tls ? pd_tls_in_room(s->tls, &p) > 0 : pd_buf_tail_room(&s->rb) > 0);
 	if (want && !s->reading) {
 		if (uv_read_start(&s->io.s, on_alloc, on_read) == 0)
 			s->reading = true;
@@ -669,20 +665,10 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 		if (s->tls)
 			pd_tls_in_commit(s->tls, (size_t)nread);
 		else
-			s->rend += (size_t)nread;
+			pd_buf_commit(&s->rb, (size_t)nread);
 		s->last_activity = uv_now(pd_d.loop);
 	}
 	process(s);
-}
-
-/* Move the unread bytes to the front; the stale copy behind them is wiped. */
-static void rbuf_compact(struct pd_session *s)
-{
-	size_t n = s->rend - s->rstart;
-	memmove(s->rbuf, s->rbuf + s->rstart, n);
-	explicit_bzero(s->rbuf + n, s->rend - n);
-	s->rend = n;
-	s->rstart = 0;
 }
 
 /* TLS: handshake, then decrypt into the read buffer while it has room;
@@ -692,15 +678,15 @@ static bool tls_pump(struct pd_session *s)
 	bool was_ready = pd_tls_ready(s->tls);
 	s->tls_full = false;
 	for (;;) {
-		if (s->rstart && s->rend == RBUF_SIZE)
-			rbuf_compact(s);
-		if (s->rend == RBUF_SIZE && pd_tls_ready(s->tls)) {
+		if (!pd_buf_tail_room(&s->rb))
+			pd_buf_compact(&s->rb); /* the stale copy is wiped */
+		if (!pd_buf_tail_room(&s->rb) && pd_tls_ready(s->tls)) {
 			s->tls_full = true; /* more may wait inside TLS: pump again once there is room */
 			break;
 		}
-		ssize_t n = pd_tls_read(s->tls, s->rbuf + s->rend, RBUF_SIZE - s->rend);
+		ssize_t n = pd_tls_read(s->tls, pd_buf_tail(&s->rb), pd_buf_tail_room(&s->rb));
 		if (n > 0) {
-			s->rend += (size_t)n;
+			pd_buf_commit(&s->rb, (size_t)n);
 			continue;
 		}
 		if (n == 0)
@@ -728,12 +714,12 @@ static bool tls_pump(struct pd_session *s)
 /* Take frames from the read buffer while back-pressure allows. */
 static void take_frames(struct pd_session *s)
 {
-	while (!is_ending(s) && s->rstart < s->rend && can_take_frame(s)) {
+	while (!is_ending(s) && pd_buf_len(&s->rb) && can_take_frame(s)) {
 		struct pd_frame_hdr h;
 		const uint8_t *p;
-		size_t at = s->rstart, used = 0;
-		int r = pd_frame_decode(s->dec, s->rbuf + s->rstart, s->rend - s->rstart, &used, &h, &p);
-		s->rstart += used;
+		size_t at = s->rb.start, used = 0;
+		int r = pd_frame_decode(s->dec, pd_buf_data(&s->rb), pd_buf_len(&s->rb), &used, &h, &p);
+		s->rb.start += used; /* consumed; the octets are wiped below, after use */
 		if (r < 0) {
 			char why[200];
 			snprintf(why, sizeof(why), "%s", pd_frame_decoder_detail(s->dec));
@@ -745,8 +731,8 @@ static void take_frames(struct pd_session *s)
 		/* Read bytes (a PASSWORD TLV, TLS plaintext) do not stay behind;
 		 * handle_frame copied what it keeps.  A failing session has wiped
 		 * its whole buffer, a closing one wipes it in on_close. */
-		if (!is_closing(s) && s->rend >= at + used)
-			explicit_bzero(s->rbuf + at, used);
+		if (!is_closing(s) && s->rb.end >= at + used)
+			explicit_bzero(s->rb.d + at, used);
 		if (r == 0)
 			break;
 	}
@@ -755,10 +741,10 @@ static void take_frames(struct pd_session *s)
 	/* Ciphertext fed above goes to a worker now, in one job. */
 	if (s->rx && !is_ending(s))
 		pd_request_kick(s->rx);
-	if (s->rstart == s->rend)
-		s->rstart = s->rend = 0; /* all read, so all wiped */
-	else if (s->rstart > RBUF_SIZE / 2)
-		rbuf_compact(s);
+	if (!pd_buf_len(&s->rb))
+		s->rb.start = s->rb.end = 0; /* all read, so all wiped */
+	else if (s->rb.start > RBUF_SIZE / 2)
+		pd_buf_compact(&s->rb);
 }
 
 static void process(struct pd_session *s)
@@ -780,18 +766,18 @@ static void process(struct pd_session *s)
 		take_frames(s);
 		if (is_closing(s))
 			return;
-	} while (s->tls && s->tls_full && s->rend < RBUF_SIZE && !is_ending(s));
+	} while (s->tls && s->tls_full && pd_buf_tail_room(&s->rb) && !is_ending(s));
 	flush(s);
 	if (is_ending(s))
 		return;
 	if (s->eof) {
 		/* The client will send nothing more.  A frame cut short is a
 		 * protocol error; a request without END can never finish. */
-		if (pd_frame_decoder_pending(s->dec) && s->rstart == s->rend) {
+		if (pd_frame_decoder_pending(s->dec) && !pd_buf_len(&s->rb)) {
 			session_fail(s, PD_ST_PROTOCOL, "connection closed in the middle of a frame");
 			return;
 		}
-		if (s->rx && s->rstart == s->rend) {
+		if (s->rx && !pd_buf_len(&s->rb)) {
 			pd_request_abort(s->rx, PD_ST_TRUNCATED, "connection closed before END");
 			s->rx = NULL;
 			flush(s);
@@ -919,8 +905,8 @@ void pd_session_start(struct pd_session *s, const char *where)
 		pd_session_close(s);
 		return;
 	}
-	s->rbuf = malloc(RBUF_SIZE);
-	r = s->rbuf ? pd_frame_decoder_new(&s->dec, PD_FROM_CLIENT, PD_FRAME_HELLO_MAX) : -ENOMEM;
+	r = pd_buf_init(&s->rb, RBUF_SIZE) == 0 ? pd_frame_decoder_new(&s->dec, PD_FROM_CLIENT, PD_FRAME_HELLO_MAX)
+	                                        : -ENOMEM;
 	if (r == 0 && tls)
 		r = pd_d.tls_creds ? pd_tls_new(&s->tls, pd_d.tls_creds, tls_push, s) : -EINVAL;
 	if (r < 0) {
