@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "buf.h"
 #include "tls.h"
 
 #define TIN_SIZE (64u << 10) /* a few records of ciphertext */
@@ -31,8 +32,7 @@ struct pd_tls {
 	struct pd_tls_creds *cr;
 	pd_tls_push_fn push;
 	void *user;
-	uint8_t *in;
-	size_t in_start, in_end;
+	struct pd_buf in;         /* ciphertext read, not yet pulled (buf.h) */
 	bool ready;
 	char detail[160];
 };
@@ -138,17 +138,15 @@ struct pd_tls_creds *pd_tls_creds_unref(struct pd_tls_creds *cr)
 static ssize_t pull(gnutls_transport_ptr_t ptr, void *buf, size_t len)
 {
 	struct pd_tls *t = ptr;
-	size_t n = t->in_end - t->in_start;
+	size_t n = pd_buf_len(&t->in);
 	if (!n) {
 		gnutls_transport_set_errno(t->s, EAGAIN);
 		return -1;
 	}
 	if (n > len)
 		n = len;
-	memcpy(buf, t->in + t->in_start, n);
-	t->in_start += n;
-	if (t->in_start == t->in_end)
-		t->in_start = t->in_end = 0;
+	memcpy(buf, pd_buf_data(&t->in), n);
+	pd_buf_consume(&t->in, n);
 	return (ssize_t)n;
 }
 
@@ -183,13 +181,13 @@ int pd_tls_new(struct pd_tls **ret, struct pd_tls_creds *cr, pd_tls_push_fn push
 	struct pd_tls *t = calloc(1, sizeof(*t));
 	int r;
 
-	if (!t || !(t->in = malloc(TIN_SIZE))) {
+	if (!t || pd_buf_init(&t->in, TIN_SIZE) < 0) {
 		free(t);
 		return -ENOMEM;
 	}
 	r = gnutls_init(&t->s, GNUTLS_SERVER | GNUTLS_NONBLOCK | GNUTLS_NO_SIGNAL);
 	if (r < 0) {
-		free(t->in);
+		pd_buf_free(&t->in);
 		free(t);
 		return err_from_gnutls(r);
 	}
@@ -216,24 +214,20 @@ struct pd_tls *pd_tls_free(struct pd_tls *t)
 		return NULL;
 	gnutls_deinit(t->s);
 	pd_tls_creds_unref(t->cr);
-	explicit_bzero(t->in, TIN_SIZE);
-	free(t->in);
+	pd_buf_free(&t->in);
 	free(t);
 	return NULL;
 }
 
 size_t pd_tls_in_room(struct pd_tls *t, uint8_t **ret_p)
 {
-	if (t->in_start && t->in_end == TIN_SIZE) {
-		memmove(t->in, t->in + t->in_start, t->in_end - t->in_start);
-		t->in_end -= t->in_start;
-		t->in_start = 0;
-	}
-	*ret_p = t->in + t->in_end;
-	return TIN_SIZE - t->in_end;
+	if (!pd_buf_tail_room(&t->in))
+		pd_buf_compact(&t->in);
+	*ret_p = pd_buf_tail(&t->in);
+	return pd_buf_tail_room(&t->in);
 }
 
-void pd_tls_in_commit(struct pd_tls *t, size_t n) { t->in_end += n; }
+void pd_tls_in_commit(struct pd_tls *t, size_t n) { pd_buf_commit(&t->in, n); }
 
 /* The client's own certificate must name clientAuth among its extended key
  * usages: GnuTLS's chain check takes a certificate without the extension as
