@@ -2,7 +2,10 @@
 /*
  * Fuzz target for the frame codec (proto/frame.c): hostile bytes from either
  * side, sliced anywhere.  Beyond "no crash, no leak" it checks that whatever
- * the parsers accept re-encodes to something they parse to the same values.
+ * the parsers accept re-encodes to something they parse to the same values,
+ * and that the decoder sees the same frames (type, id, payload), the same
+ * verdict and the same octets pending at the end whether the stream comes
+ * in the fuzzer's slices or in one piece.
  *
  * libFuzzer: clang -g -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iproto -Ilib
  *            tests/fuzz/fuzz-frame.c proto/frame.c proto/status.c
@@ -84,6 +87,29 @@ static void check_frame(const struct pd_frame_hdr *h, const uint8_t *p)
 	}
 }
 
+/* What a decoder made of a stream: frames (and a hash of them), verdict. */
+struct trace {
+	size_t frames, consumed, pending;
+	uint64_t hash;
+	int verdict;
+};
+
+static void mix(uint64_t *h, const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		*h = (*h ^ p[i]) * 0x100000001b3ull; /* FNV-1a */
+}
+
+static void record(struct trace *t, const struct pd_frame_hdr *h, const uint8_t *p)
+{
+	uint8_t hdr[9] = { h->type, (uint8_t)(h->id >> 24), (uint8_t)(h->id >> 16), (uint8_t)(h->id >> 8),
+	                   (uint8_t)h->id, (uint8_t)(h->len >> 24), (uint8_t)(h->len >> 16), (uint8_t)(h->len >> 8),
+	                   (uint8_t)h->len };
+	t->frames++;
+	mix(&t->hash, hdr, sizeof(hdr));
+	mix(&t->hash, p, h->len);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 2)
@@ -92,10 +118,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t slice = 1 + data[1];
 	data += 2;
 	size -= 2;
+	struct trace sliced = { .hash = 0xcbf29ce484222325ull }, whole = sliced;
 	struct pd_frame_decoder *d;
 	if (pd_frame_decoder_new(&d, role, PD_FRAME_MAX_FLOOR) < 0)
 		return 0;
+
+	/* The whole stream in one piece (called again with the rest after each frame). */
 	size_t off = 0;
+	while (off < size) {
+		size_t used;
+		struct pd_frame_hdr h;
+		const uint8_t *p;
+		int r = pd_frame_decode(d, data + off, size - off, &used, &h, &p);
+		CHECK(used <= size - off);
+		off += used;
+		if (r < 0) {
+			whole.verdict = r;
+			break;
+		}
+		if (r == 1)
+			record(&whole, &h, p);
+		else
+			CHECK(off == size); /* 0: all of it consumed */
+	}
+	whole.consumed = off;
+	whole.pending = pd_frame_decoder_pending(d);
+	pd_frame_decoder_free(d);
+
+	if (pd_frame_decoder_new(&d, role, PD_FRAME_MAX_FLOOR) < 0)
+		return 0;
+	off = 0;
 	while (off < size) {
 		size_t len = size - off < slice ? size - off : slice;
 		size_t used;
@@ -104,15 +156,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		int r = pd_frame_decode(d, data + off, len, &used, &h, &p);
 		CHECK(used <= len);
 		off += used;
-		if (r < 0)
+		if (r < 0) {
+			sliced.verdict = r;
 			break;
+		}
 		if (r == 1) {
 			CHECK(h.len <= PD_FRAME_MAX_FLOOR);
+			record(&sliced, &h, p);
 			check_frame(&h, p);
 		} else {
 			CHECK(used == len);
 		}
 	}
+	sliced.consumed = off;
+	sliced.pending = pd_frame_decoder_pending(d);
 	pd_frame_decoder_free(d);
+
+	CHECK(sliced.frames == whole.frames && sliced.hash == whole.hash);
+	CHECK(sliced.verdict == whole.verdict);
+	if (!whole.verdict)
+		CHECK(sliced.pending == whole.pending && sliced.consumed == whole.consumed);
 	return 0;
 }

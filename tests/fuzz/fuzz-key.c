@@ -5,8 +5,10 @@
  * but a daemon that loads a directory of them must still say "bad key file"
  * rather than crash.  Each input is added, armored or binary, to a fresh ring
  * with the passphrase of the protected test keys; beyond "no crash, no leak"
- * it checks that a ring reports exactly the keys it says it added and that
- * every one of them describes itself.
+ * it checks that a ring reports exactly the keys it says it added, that
+ * every one of them describes itself (a 20- or 32-octet fingerprint, no two
+ * alike: keys already held are skipped), and that adding the same data
+ * again adds nothing and changes nothing.
  *
  * libFuzzer: build as fuzz-msg.c says, with this file; corpus seeds are
  * tests/fuzz/corpus/key/ (copies of tests/data/keys/, without the A.5 key:
@@ -51,11 +53,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int r = pd_keyring_add(kr, data, size, pass, strlen(pass), detail, sizeof(detail));
 	CHECK(memchr(detail, 0, sizeof(detail)) != NULL);
 	if (r >= 0) {
-		CHECK((size_t)r == pd_keyring_count(kr));
-		for (size_t i = 0; i < pd_keyring_count(kr); i++) {
-			struct pd_keyinfo ki;
-			CHECK(pd_keyring_info(kr, i, &ki) == 0);
+		size_t n = pd_keyring_count(kr);
+		CHECK((size_t)r == n);
+		struct pd_keyinfo *ki = calloc(n ? n : 1, sizeof(*ki));
+		CHECK(ki);
+		for (size_t i = 0; i < n; i++) {
+			CHECK(pd_keyring_info(kr, i, &ki[i]) == 0);
+			CHECK(ki[i].fpr_len == 20 || ki[i].fpr_len == 32);
+			for (size_t j = 0; j < i; j++)
+				CHECK(ki[j].fpr_len != ki[i].fpr_len || memcmp(ki[j].fpr, ki[i].fpr, ki[i].fpr_len) != 0);
 		}
+		if (r > 0) {
+			CHECK(pd_keyring_add(kr, data, size, pass, strlen(pass), detail, sizeof(detail)) == 0);
+			CHECK(pd_keyring_count(kr) == n);
+		}
+		free(ki);
 	} else {
 		CHECK(pd_keyring_count(kr) == 0); /* on error nothing is added */
 	}
