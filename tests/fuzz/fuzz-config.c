@@ -13,7 +13,8 @@
  * failure has a sentence; the same input gives the same outcome twice; and
  * a config that loads holds the rules the loader promises (something to
  * listen on, each listener unix:PATH (< 108 octets) or tcp:HOST:PORT, keys,
- * at most 256 workers, the limits that must be at least 1, the watermarks
+ * at most 256 workers, the limits that must be at least 1, max-memory of
+ * at least 16M and above max-argon2-memory, the watermarks
  * in order, frame size and request buffer in range, at most 64 pins of 64
  * hex digits, one id for every user and group name).
  *
@@ -93,6 +94,7 @@ static void check_config(const struct pd_config *c)
 	CHECK(c->queue_length && c->max_connections && c->max_requests_per_connection);
 	CHECK(c->max_skesk_trials && c->max_argon2_passes && c->max_argon2_lanes);
 	CHECK(c->max_kdf_work >= (1u << 20));
+	CHECK(c->max_memory >= (16u << 20) && c->max_memory > c->max_argon2_memory);
 	CHECK(c->max_frame_size >= (16u << 10) && c->max_frame_size <= (16u << 20));
 	CHECK(c->request_buffer >= 4096 && c->request_buffer <= (64u << 20));
 	CHECK(c->write_low_watermark < c->write_high_watermark);
