@@ -15,6 +15,7 @@
 
 #include "pgp/algo.h"
 #include "pgp/hkdf.h"
+#include "buf.h"
 #include "pgp/seipd.h"
 #include "worker.h"
 
@@ -32,8 +33,8 @@ struct pd_aead {
 	size_t chunk;           /* chunk size in octets */
 	uint64_t index;         /* chunks verified so far */
 	uint64_t total;         /* plaintext octets verified so far */
-	uint8_t *buf;           /* ciphertext, then the verified plaintext in place */
-	size_t cap, n;          /* chunk + 2 tags; valid octets in buf */
+	struct pd_buf b;        /* chunk + 2 tags of ciphertext, then the verified
+	                         * plaintext in place (buf.h; its start stays 0) */
 	size_t pt_off, pt_end;  /* verified plaintext not yet handed out */
 	size_t keep_off;        /* where the octets after a verified chunk start */
 	bool pending;           /* a verified chunk is being handed out */
@@ -106,11 +107,9 @@ int pd_aead_new(struct pd_aead **ret, struct pd_worker *w, uint8_t tag, const ui
 	memcpy(a->adpre + 1, hdr, 4);
 	a->noncelen = pd_aead_noncelen(hdr[2]);
 	a->chunk = (size_t)1 << (hdr[3] + 6);
-	a->cap = a->chunk + 2 * TAGLEN;
 	a->galgo = pd_sym_gcry(hdr[1]);
 	a->gmode = pd_aead_gcry_mode(hdr[2]);
-	a->buf = malloc(a->cap);
-	if (!a->buf) {
+	if (pd_buf_init(&a->b, a->chunk + 2 * TAGLEN) < 0) {
 		r = -ENOMEM;
 		goto out;
 	}
@@ -147,10 +146,7 @@ struct pd_aead *pd_aead_free(struct pd_aead *a, struct pd_worker *w)
 		return NULL;
 	if (a->h)
 		pd_worker_give_cipher(w, a->h, a->galgo, a->gmode, 0);
-	if (a->buf) {
-		pd_wipe(a->buf, a->cap);
-		free(a->buf);
-	}
+	pd_buf_free(&a->b);
 	pd_wipe(a, sizeof(*a));
 	free(a);
 	return NULL;
@@ -215,7 +211,7 @@ static int open_chunk(struct pd_aead *a, size_t clen)
 {
 	uint8_t ad[13];
 	size_t adlen = chunk_ad(a, a->index, ad);
-	int r = open_one(a, a->index, ad, adlen, a->buf, clen, a->buf + clen);
+	int r = open_one(a, a->index, ad, adlen, a->b.d, clen, a->b.d + clen);
 
 	if (r < 0)
 		return r;
@@ -248,18 +244,19 @@ static int finish(struct pd_aead *a)
 {
 	int r;
 
-	if (a->n == TAGLEN)
-		return open_final(a, a->buf);
-	if (a->n < 2 * TAGLEN)
+	size_t n = pd_buf_len(&a->b);
+	if (n == TAGLEN)
+		return open_final(a, a->b.d);
+	if (n < 2 * TAGLEN)
 		return PD_EINTEGRITY; /* truncated */
-	r = open_chunk(a, a->n - 2 * TAGLEN);
+	r = open_chunk(a, n - 2 * TAGLEN);
 	if (r < 0)
 		return r;
 	/* Hold the last chunk back until the final tag proves nothing was cut. */
-	r = open_final(a, a->buf + a->n - TAGLEN);
+	r = open_final(a, a->b.d + n - TAGLEN);
 	if (r < 0)
 		return r;
-	a->keep_off = a->n;
+	a->keep_off = n;
 	return 0;
 }
 
@@ -277,15 +274,16 @@ int pd_aead_run(struct pd_aead *a, const uint8_t *in, size_t inlen, size_t *ret_
 		if (a->pending) {
 			size_t k = PD_MIN(a->pt_end - a->pt_off, outcap - outn);
 			if (k) {
-				memcpy(out + outn, a->buf + a->pt_off, k);
+				memcpy(out + outn, a->b.d + a->pt_off, k);
 				a->pt_off += k;
 				outn += k;
 			}
 			if (a->pt_off < a->pt_end)
 				break; /* out is full */
-			/* Chunk handed out: move the octets after its tag down. */
-			a->n -= a->keep_off;
-			memmove(a->buf, a->buf + a->keep_off, a->n);
+			/* Chunk handed out: move the octets after its tag down
+			 * (compaction wipes what they leave behind). */
+			pd_buf_consume(&a->b, a->keep_off);
+			pd_buf_compact(&a->b);
 			a->pending = false;
 		}
 		if (a->done) {
@@ -296,13 +294,12 @@ int pd_aead_run(struct pd_aead *a, const uint8_t *in, size_t inlen, size_t *ret_
 			r = 1;
 			break;
 		}
-		size_t k = PD_MIN(a->cap - a->n, inlen - used);
+		size_t k = PD_MIN(pd_buf_tail_room(&a->b), inlen - used);
 		if (k) {
-			memcpy(a->buf + a->n, in + used, k);
-			a->n += k;
+			pd_buf_put(&a->b, in + used, k);
 			used += k;
 		}
-		if (a->n == a->cap) {
+		if (!pd_buf_tail_room(&a->b)) {
 			/* A full chunk + tag + 16 more octets: the chunk is full-size
 			 * whether or not it is the last one. */
 			r = open_chunk(a, a->chunk);
@@ -325,8 +322,7 @@ int pd_aead_run(struct pd_aead *a, const uint8_t *in, size_t inlen, size_t *ret_
 	return r;
 fail:
 	/* Nothing unverified was handed out; wipe what is held. */
-	pd_wipe(a->buf, a->cap);
-	a->n = 0;
+	pd_buf_wipe(&a->b);
 	a->pending = false;
 	a->err = r;
 	*ret_used = used;
