@@ -18,7 +18,6 @@
 #include "pgpdec.h"
 #include "pool.h"
 #include "request.h"
-#include "session.h"
 #include "stats.h"
 #include "status.h"
 
@@ -28,7 +27,7 @@
 enum wait { W_INPUT, W_ROOM };
 
 struct pd_request {
-	struct pd_session *s;   /* NULL once freed by the session (job still out) */
+	const struct pd_request_owner *o; /* NULL once freed by its session (job still out) */
 	uint32_t id;
 	bool decrypt;
 	bool answered;          /* the terminal frame exists (job or abort) */
@@ -78,6 +77,13 @@ struct pd_request {
 	uint64_t deadline_ms;   /* uv_now() */
 };
 
+/* Tell the owner something changed (nothing once it let go). */
+static void wake(struct pd_request *r)
+{
+	if (r->o)
+		r->o->wake(r->o->ctx);
+}
+
 /* The outcome goes into the stats once, when the request is answered. */
 static void count_outcome(struct pd_request *r, uint16_t status)
 {
@@ -121,12 +127,12 @@ static void drop_password(struct pd_request *r)
 	r->password_len = 0;
 }
 
-static struct pd_request *alloc_req(struct pd_session *s, uint32_t id)
+static struct pd_request *alloc_req(const struct pd_request_owner *o, uint32_t id)
 {
 	struct pd_request *r = calloc(1, sizeof(*r));
 	if (!r)
 		return NULL;
-	r->s = s;
+	r->o = o;
 	r->id = id;
 	r->t_start = uv_hrtime();
 	return r;
@@ -185,8 +191,7 @@ void pd_request_abort(struct pd_request *r, uint16_t status, const char *sentenc
 	}
 	count_outcome(r, status);
 	slot_release(r);
-	if (r->s)
-		pd_session_wake(r->s);
+	wake(r);
 }
 
 /* ---------------------------------------------------------------- */
@@ -437,7 +442,7 @@ static void job_done(struct pd_job *j)
 	r->job_out = NULL;
 
 	r->job_inflight = false;
-	if (!r->s) { /* the session went away while we worked */
+	if (!r->o) { /* the session went away while we worked */
 		pd_obuf_free(o);
 		count_outcome(r, PD_ST_INTERNAL);
 		free_req(r);
@@ -489,21 +494,21 @@ static void job_done(struct pd_job *j)
 		slot_release(r);
 	}
 	pd_request_kick(r);
-	pd_session_wake(r->s);
+	wake(r);
 }
 
 void pd_request_kick(struct pd_request *r)
 {
 	int err;
 
-	if (!r->decrypt || r->answered || r->job_inflight || !r->m || !r->s)
+	if (!r->decrypt || r->answered || r->job_inflight || !r->m || !r->o)
 		return;
 	if (r->wait == W_INPUT && !pd_buf_len(&r->lin) && !(r->input_ended && !r->end_told))
 		return; /* nothing new to feed */
 	if (!r->verified_only) {
 		if (r->outq.bytes >= r->out_limit)
 			return; /* (ii): unsent output at its limit */
-		if (pd_session_write_pressure(r->s))
+		if (r->o->write_pressure(r->o->ctx))
 			return;
 	}
 	/* Move ciphertext across the hand-off. */
@@ -515,7 +520,7 @@ void pd_request_kick(struct pd_request *r)
 			pd_buf_compact(&r->jin);
 		pd_buf_put(&r->jin, pd_buf_data(&r->lin), n);
 		pd_buf_consume(&r->lin, n); /* overwritten or wiped later, see buf.h */
-		pd_session_wake(r->s); /* room for more ciphertext */
+		wake(r); /* room for more ciphertext */
 	}
 	r->job_end = r->input_ended && !pd_buf_len(&r->lin);
 	r->job.work = job_work;
@@ -529,18 +534,18 @@ void pd_request_kick(struct pd_request *r)
 	r->job_inflight = true;
 }
 
-int pd_request_new_decrypt(struct pd_request **ret, struct pd_session *s, uint32_t id,
+int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owner *o, uint32_t id,
                            const struct pd_decrypt_req *dr)
 {
 	const struct pd_config *c = pd_d.cfg;
-	struct pd_request *r = alloc_req(s, id);
+	struct pd_request *r = alloc_req(o, id);
 
 	if (!r)
 		return -ENOMEM;
 	r->decrypt = true;
 	r->verified_only = dr->flags & PD_DF_VERIFIED_ONLY;
 	r->want_meta = dr->flags & PD_DF_WANT_METADATA;
-	r->max_frame = pd_session_max_frame(s);
+	r->max_frame = o->max_frame;
 	r->out_limit = c->request_buffer;
 	r->held_limit = c->max_verified_size;
 	r->max_in = c->max_message_size;
@@ -624,9 +629,10 @@ static bool activate(struct pd_request *r)
 	return true;
 }
 
-int pd_request_new_done(struct pd_request **ret, struct pd_session *s, uint32_t id, struct pd_obuf_list *out)
+int pd_request_new_done(struct pd_request **ret, const struct pd_request_owner *o, uint32_t id,
+                        struct pd_obuf_list *out)
 {
-	struct pd_request *r = alloc_req(s, id);
+	struct pd_request *r = alloc_req(o, id);
 	if (!r)
 		return -ENOMEM;
 	r->answered = true;
@@ -642,7 +648,7 @@ void pd_request_free(struct pd_request *r)
 	if (!r)
 		return;
 	if (r->job_inflight) {
-		r->s = NULL; /* job_done frees */
+		r->o = NULL; /* job_done frees */
 		/* Nobody waits for its work any more (the connection went, or the
 		 * drain ended): the engine stops at its next costly step, so a
 		 * shutdown waits for one such step at most, never a whole message. */

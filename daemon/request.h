@@ -23,16 +23,26 @@
 
 #include "obuf.h"
 
-struct pd_session;
 struct pd_request;
 struct pd_decrypt_req;
 
 /** Begin a DECRYPT reply.  Admission (queue length) is decided here: an
  * overloaded daemon answers RETRY at once and the request discards its input. */
-int pd_request_new_decrypt(struct pd_request **ret, struct pd_session *s, uint32_t id,
+/** What a request needs of the connection it answers on.  The session
+ * provides it and keeps it alive while it holds the request; request.c
+ * knows nothing else of sessions. */
+struct pd_request_owner {
+	void *ctx;
+	void (*wake)(void *ctx);           /* output ready or input room: process soon */
+	bool (*write_pressure)(void *ctx); /* back-pressure (ii) for the head request */
+	uint32_t max_frame;                /* payload limit announced to the client */
+};
+
+int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owner *o, uint32_t id,
                            const struct pd_decrypt_req *dr);
 /** A reply that is complete at birth: frames already encoded in out. */
-int pd_request_new_done(struct pd_request **ret, struct pd_session *s, uint32_t id, struct pd_obuf_list *out);
+int pd_request_new_done(struct pd_request **ret, const struct pd_request_owner *o, uint32_t id,
+                        struct pd_obuf_list *out);
 /** Free (or, with a job in flight, detach and free when it returns). */
 void pd_request_free(struct pd_request *r);
 

@@ -75,6 +75,7 @@ struct pd_session {
 
 	struct pd_frame_decoder *dec;
 	struct pd_buf rb;         /* read buffer (RBUF_SIZE), buf.h */
+	struct pd_request_owner owner; /* what its requests may ask of it */
 	bool reading, eof, throttled;
 	bool tls_full;            /* the TLS layer stopped for want of read-buffer room */
 	uv_shutdown_t shutdown_req;
@@ -556,7 +557,7 @@ static void handle_frame(struct pd_session *s, const struct pd_frame_hdr *h, con
 				session_fail(s, PD_ST_INTERNAL, "out of memory");
 				return;
 			}
-			err = pd_request_new_done(&r, s, h->id, &l);
+			err = pd_request_new_done(&r, &s->owner, h->id, &l);
 			if (err < 0) {
 				pd_obuf_list_clear(&l);
 				session_fail(s, PD_ST_OVERLOADED, "out of memory");
@@ -567,7 +568,7 @@ static void handle_frame(struct pd_session *s, const struct pd_frame_hdr *h, con
 			add_reply(s, r);
 			return;
 		}
-		err = pd_request_new_decrypt(&r, s, h->id, &dr);
+		err = pd_request_new_decrypt(&r, &s->owner, h->id, &dr);
 		if (err < 0) {
 			session_fail(s, PD_ST_OVERLOADED, "out of memory");
 			return;
@@ -585,7 +586,7 @@ static void handle_frame(struct pd_session *s, const struct pd_frame_hdr *h, con
 		return;
 	}
 	if (err == 0)
-		err = pd_request_new_done(&r, s, h->id, &l);
+		err = pd_request_new_done(&r, &s->owner, h->id, &l);
 	if (err < 0) {
 		pd_obuf_list_clear(&l);
 		session_fail(s, PD_ST_OVERLOADED, "out of memory");
@@ -818,11 +819,17 @@ static void on_idle(uv_idle_t *h)
 	uv_idle_stop(h);
 }
 
-bool pd_session_write_pressure(const struct pd_session *s)
+/* The owner interface of its requests (request.h). */
+static void owner_wake(void *ctx) { pd_session_wake(ctx); }
+
+/* The write queue is above its high watermark, or all sessions' together
+ * reached max-write-buffer and this one still has unsent output (its
+ * requests are kicked again once it drains). */
+static bool owner_pressure(void *ctx)
 {
+	const struct pd_session *s = ctx;
 	return s->throttled || (g.write_paused && s->wbytes);
 }
-uint32_t pd_session_max_frame(const struct pd_session *s) { return s->max_frame; }
 
 unsigned pd_sessions_count(void) { return g.n_served; }
 uint64_t pd_sessions_accepted(void) { return g.accepted; }
@@ -888,6 +895,8 @@ void pd_session_start(struct pd_session *s, const char *where)
 	int r;
 
 	s->max_frame = c->max_frame_size;
+	s->owner = (struct pd_request_owner){ .ctx = s, .wake = owner_wake, .write_pressure = owner_pressure,
+	                                      .max_frame = s->max_frame };
 	s->max_inflight = c->max_requests_per_connection;
 	s->last_activity = s->last_write = s->t_accept = uv_now(pd_d.loop);
 	if (pd_peer_identify(&s->peer, s->peer.kind, &s->io.s) < 0) {

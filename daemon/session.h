@@ -43,12 +43,6 @@ void pd_session_close(struct pd_session *s);
 
 /** Something changed for this session (output ready, input room): process it soon. */
 void pd_session_wake(struct pd_session *s);
-/** Whether the session's write queue is above its high watermark, or all
- * sessions' together reached max-write-buffer and this one still has
- * unsent output (its requests are kicked again once it drains). */
-bool pd_session_write_pressure(const struct pd_session *s);
-/** Payload limit announced to this client. */
-uint32_t pd_session_max_frame(const struct pd_session *s);
 
 /** Connections being served (accepted and not refused): max-connections counts these. */
 unsigned pd_sessions_count(void);
