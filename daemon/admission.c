@@ -9,6 +9,7 @@
 static unsigned slots;
 static uint64_t held;
 static struct pd_budget *memory;
+static size_t pending_pw;
 
 bool pd_adm_slot_take(void)
 {
@@ -42,6 +43,20 @@ void pd_adm_held_give(size_t n)
 }
 
 uint64_t pd_adm_held(void) { return held; }
+
+bool pd_adm_pending_pw_take(size_t n)
+{
+	if (n > PD_ADM_PENDING_PW_MAX - pending_pw)
+		return false;
+	pending_pw += n;
+	return true;
+}
+
+void pd_adm_pending_pw_give(size_t n)
+{
+	assert(n <= pending_pw);
+	pending_pw -= n;
+}
 
 struct pd_budget *pd_adm_memory(void)
 {

@@ -10,6 +10,10 @@
  *    still runs keeps its slot until the job returns.
  *  - held: plaintext held back for verified-only requests, at most
  *    max-verified-total for all of them.
+ *  - pending passwords: the secure memory that requests which have not
+ *    started yet hold for their PASSWORD, at most PD_ADM_PENDING_PW_MAX for
+ *    all of them (such requests are not bounded by queue-length, and the
+ *    secure heap is small and shared with the keys).
  *  - memory: what messages in progress allocate, at most max-memory: each
  *    request's buffers (taken with its slot) and, through the engine's
  *    pd_budget, its layers, decompressors, AEAD chunk buffer and Argon2
@@ -35,6 +39,11 @@ bool pd_adm_held_take(size_t n);
 void pd_adm_held_give(size_t n);
 /** Bytes held now, all requests. */
 uint64_t pd_adm_held(void);
+
+#define PD_ADM_PENDING_PW_MAX (256u << 10)
+/** Take n octets of the pending-password budget; false when full. */
+bool pd_adm_pending_pw_take(size_t n);
+void pd_adm_pending_pw_give(size_t n);
 
 /** The memory budget (created on first use with max-memory); NULL only
  * when it could not be allocated. */

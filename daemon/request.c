@@ -123,6 +123,7 @@ static void drop_password(struct pd_request *r)
 		return;
 	explicit_bzero(r->password, r->password_len);
 	gcry_free(r->password);
+	pd_adm_pending_pw_give(r->password_len + 1);
 	r->password = NULL;
 	r->password_len = 0;
 }
@@ -580,8 +581,15 @@ int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owne
 	/* The hand-off buffers must take any one DATA frame whole. */
 	r->in_cap = c->request_buffer > r->max_frame ? c->request_buffer : r->max_frame;
 	if (dr->password) {
-		r->password = gcry_malloc_secure(dr->password_len ? dr->password_len : 1);
+		/* Held in secure memory until the message starts: bounded for
+		 * all such requests together (admission.h). */
+		if (!pd_adm_pending_pw_take(dr->password_len + 1)) {
+			pd_request_abort(r, PD_ST_OVERLOADED, "too many requests with a password waiting to start; retry later");
+			return 0;
+		}
+		r->password = gcry_malloc_secure(dr->password_len + 1);
 		if (!r->password) {
+			pd_adm_pending_pw_give(dr->password_len + 1);
 			pd_request_abort(r, PD_ST_OVERLOADED, "out of memory; retry later");
 			return 0;
 		}

@@ -206,3 +206,35 @@ def test_shutdown_does_not_wait_for_a_whole_message(world, tmp_path):
     print(f"\nexit {took:.2f} s after SIGTERM (the six derivations take about 5 s)")
     assert took < 2.5, took
     d.check_sanitizers()
+
+
+def test_idle_passwords_are_bounded(world, mkdaemon):
+    """Requests that have not started keep their PASSWORD in secure memory
+    (shared with the keys): 300 connections, each with an idle DECRYPT and
+    a 1024-octet password, hold at most 256 KiB of it; the others are
+    OVERLOADED at once, and the secure heap stays usable for everyone else."""
+    d = mkdaemon()
+    pw = b"p" * 1024
+    conns, refused = [], 0
+    for _ in range(300):
+        c = d.client()
+        c.send(frame(pdwire.DECRYPT, c.new_id(), struct.pack(">I", 0) + struct.pack(">BH", T_PASSWORD, len(pw)) + pw))
+        conns.append(c)
+    time.sleep(0.5)
+    for c in conns:
+        c.s.settimeout(0.05)
+        try:
+            ftype, _, p = c.recv_frame()
+            assert ftype == pdwire.RESULT and pdwire.parse_result(p)["name"] == "OVERLOADED"
+            refused += 1
+        except OSError:
+            pass
+    st = stats(d)
+    print(f"\n300 idle DECRYPTs with 1 KiB passwords: {300 - refused} held, {refused} OVERLOADED, "
+          f"secure heap {st['pgpdecd_secure_heap_used_bytes'] / 1024:.0f} KiB used")
+    assert 300 - refused == (256 << 10) // 1025, refused
+    plain, ct = world["msgs"][2]
+    got, res, _ = d.client().decrypt(ct)
+    assert res["name"] == "OK" and got == plain, res
+    for c in conns:
+        c.close()
