@@ -87,12 +87,13 @@ summary=""
 for t in $TARGETS; do
 	dir="$OUT/$t"
 	rm -rf "$dir"
-	mkdir -p "$dir/corpus" "$dir/findings"
+	mkdir -p "$dir/corpus" "$dir/findings" "$dir/tmp"
 	cp tests/fuzz/corpus/"$t"/* "$dir/corpus/" 2>/dev/null || true
 	echo "=== fuzz-$t: ${SECONDS_EACH}s on $(ls "$dir/corpus" | wc -l) corpus files"
 	rc=0
 	# shellcheck disable=SC2086
-	"$BUILD/tests/fuzz/fuzz-$t-libfuzzer" -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
+	# TMPDIR: what an aborted input leaves (fuzz-client's socket) stays in $dir
+	TMPDIR="$dir/tmp" "$BUILD/tests/fuzz/fuzz-$t-libfuzzer" -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
 		-max_total_time="$SECONDS_EACH" -timeout="$TIMEOUT" -rss_limit_mb="$RSS" -max_len="$(max_len "$t")" \
 		-print_final_stats=1 -artifact_prefix="$dir/findings/" ${FUZZ_ARGS:-} "$dir/corpus" \
 		>"$dir/log" 2>&1 || rc=$?
@@ -117,7 +118,7 @@ for t in $TARGETS; do
 		status=1
 		for f in "$dir/findings"/*; do
 			[ -f "$f" ] || continue
-			why=$(ASAN_OPTIONS=$ASAN_OPTIONS "$BUILD/tests/fuzz/fuzz-$t-libfuzzer" -timeout="$TIMEOUT" \
+			why=$(TMPDIR="$dir/tmp" "$BUILD/tests/fuzz/fuzz-$t-libfuzzer" -timeout="$TIMEOUT" \
 				-rss_limit_mb="$RSS" "$f" 2>&1 | grep -m1 -E 'check failed:|ERROR: |runtime error:|SUMMARY:' || true)
 			echo "  finding $f: ${why:-see $dir/log}"
 		done

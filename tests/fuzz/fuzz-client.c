@@ -68,7 +68,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	if (lfd >= 0)
 		return 0;
 	signal(SIGPIPE, SIG_IGN);
-	snprintf(sock_path, sizeof(sock_path), "/tmp/pd-fuzz-client-%d.sock", (int)getpid());
+	/* $TMPDIR if the path fits: a run that aborts (a finding) leaves its
+	 * socket behind, and contrib/fuzz.sh points TMPDIR at its own output */
+	const char *tmp = getenv("TMPDIR");
+	if (!tmp || !*tmp || strlen(tmp) > sizeof(sock_path) - 40)
+		tmp = "/tmp";
+	snprintf(sock_path, sizeof(sock_path), "%s/pd-fuzz-client-%d.sock", tmp, (int)getpid());
 	unlink(sock_path);
 	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	CHECK(lfd >= 0);
