@@ -27,8 +27,10 @@ trap 'rm -rf "$TMP"' EXIT INT TERM
 TREE="$TMP/pgpdecd"
 mkdir "$TREE"
 if git -C "$SRC" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+	# One tar reading the list (xargs would split a long list over several
+	# tars, whose archives the extracting tar reads only the first of).
 	(cd "$SRC" && git ls-files -z --cached --others --exclude-standard) |
-		(cd "$SRC" && xargs -0 tar --no-recursion -cf - --) | tar -C "$TREE" -xf -
+		tar -C "$SRC" --null --no-recursion -T - -cf - | tar -C "$TREE" -xf -
 else
 	tar -C "$SRC" --exclude='./build*' --exclude='./obj-*' --exclude=./.git -cf - . |
 		tar -C "$TREE" -xf -
