@@ -276,10 +276,25 @@ static void tlv32(struct w *w, uint8_t tag, uint32_t v)
 	uint8_t b[4] = { (uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v };
 	tlv(w, tag, b, 4);
 }
+/* A control octet in a line of text (the sentence of a result, a name). */
+static bool is_ctl(uint8_t c) { return c < 0x20 || c == 0x7f; }
+
+/* A text TLV is one line: control octets go out as '?' (the reader refuses
+ * them, so that nothing a peer sends can break a log line). */
 static void tlvstr(struct w *w, uint8_t tag, const char *s, size_t max)
 {
-	if (s && *s)
-		tlv(w, tag, s, strnlen(s, max));
+	if (!s || !*s)
+		return;
+	size_t n = strnlen(s, max);
+	if (w->bad || n > UINT16_MAX || w->cap - w->len < 3 + n) {
+		tlv(w, tag, s, n); /* marks the writer bad */
+		return;
+	}
+	put8(w, tag);
+	put16(w, (uint16_t)n);
+	for (size_t i = 0; i < n; i++)
+		w->p[w->len + i] = is_ctl((uint8_t)s[i]) ? '?' : (uint8_t)s[i];
+	w->len += n;
 }
 
 static struct w begin(uint8_t *out, size_t cap)
@@ -472,8 +487,11 @@ int pd_tlv_next(struct pd_tlv_reader *r, uint8_t *ret_tag, const uint8_t **ret_v
 /* Copy a text TLV into a NUL-terminated field, refusing embedded NULs. */
 static int text(char *dst, size_t cap, const uint8_t *v, uint16_t n)
 {
-	if (n >= cap || memchr(v, 0, n))
+	if (n >= cap)
 		return -EPROTO;
+	for (uint16_t i = 0; i < n; i++)
+		if (is_ctl(v[i])) /* NUL, CR, LF, ...: one line of text, never more */
+			return -EPROTO;
 	memcpy(dst, v, n);
 	dst[n] = 0;
 	return 0;
@@ -714,6 +732,8 @@ int pd_parse_result(const uint8_t *p, size_t len, struct pd_result *ret, struct 
 		return -EPROTO;
 	res.status = be16(p);
 	res.integrity = p[2];
+	if (res.integrity > PD_INTEGRITY_UNPROTECTED) /* 0..3 only (PROTOCOL.md section 7) */
+		return -EPROTO;
 	res.bytes_in = be64(p + 4);
 	res.bytes_out = be64(p + 12);
 	if (info)

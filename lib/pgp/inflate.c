@@ -72,9 +72,11 @@ static int run_zlib(struct pd_inflate *z, const uint8_t *in, size_t inlen, size_
 	z_stream *zs = &z->u.zs;
 	for (;;) {
 		unsigned ai = clamp_uint(inlen - *used), ao = clamp_uint(outcap - *made);
-		zs->next_in = (Bytef *)(uintptr_t)(in + *used); /* zlib's API is not const */
+		/* zlib's API is not const; in/out may be NULL with no octets, and
+		 * NULL + 0 is undefined: only offset pointers that point somewhere */
+		zs->next_in = in ? (Bytef *)(uintptr_t)(in + *used) : NULL;
 		zs->avail_in = ai;
-		zs->next_out = out + *made;
+		zs->next_out = out ? out + *made : NULL;
 		zs->avail_out = ao;
 		int zr = inflate(zs, Z_NO_FLUSH);
 		*used += ai - zs->avail_in;
@@ -103,9 +105,9 @@ static int run_bzip2(struct pd_inflate *z, const uint8_t *in, size_t inlen, size
 	bz_stream *bz = &z->u.bz;
 	for (;;) {
 		unsigned ai = clamp_uint(inlen - *used), ao = clamp_uint(outcap - *made);
-		bz->next_in = (char *)(uintptr_t)(in + *used);
+		bz->next_in = in ? (char *)(uintptr_t)(in + *used) : NULL;
 		bz->avail_in = ai;
-		bz->next_out = (char *)(out + *made);
+		bz->next_out = out ? (char *)(out + *made) : NULL;
 		bz->avail_out = ao;
 		int br = BZ2_bzDecompress(bz);
 		*used += ai - bz->avail_in;

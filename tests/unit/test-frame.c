@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -575,6 +576,34 @@ static bool all_zero(const uint8_t *p, size_t n)
 	return true;
 }
 
+/* What a hostile server may not make a client hold: an integrity octet
+ * outside 0..3, a sentence or name of several lines.  Our own encoder
+ * never sends one: a control octet goes out as '?'. */
+static void test_result_values_checked(void **state)
+{
+	(void)state;
+	uint8_t buf[PD_FRAME_STRUCT_MAX];
+	struct pd_result res = { .status = 13, .integrity = 0 }, got;
+	snprintf(res.errname, sizeof(res.errname), "EINTEGRITY");
+	snprintf(res.sentence, sizeof(res.sentence), "first line\nforged: OK\r");
+	int n = pd_frame_encode_result(buf, sizeof(buf), 7, &res, NULL);
+	assert_true(n > 0);
+	uint8_t *p = buf + PD_FRAME_HDR_LEN;
+	size_t len = (size_t)n - PD_FRAME_HDR_LEN;
+	assert_int_equal(pd_parse_result(p, len, &got, NULL), 0);
+	assert_string_equal(got.sentence, "first line?forged: OK?");
+	/* the same bytes with the line break put back: refused */
+	uint8_t *q = memmem(p, len, "line?", 5);
+	assert_non_null(q);
+	q[4] = '\n';
+	assert_int_equal(pd_parse_result(p, len, &got, NULL), -EPROTO);
+	q[4] = '?';
+	for (unsigned v = 0; v < 256; v++) {
+		p[2] = (uint8_t)v;
+		assert_int_equal(pd_parse_result(p, len, &got, NULL), v <= 3 ? 0 : -EPROTO);
+	}
+}
+
 static void test_consumed_payload_wiped(void **state)
 {
 	(void)state;
@@ -662,6 +691,7 @@ int main(void)
 		cmocka_unit_test(test_wire_layout),
 		cmocka_unit_test(test_oversize),
 		cmocka_unit_test(test_truncated),
+		cmocka_unit_test(test_result_values_checked),
 		cmocka_unit_test(test_unknown_and_misdirected),
 		cmocka_unit_test(test_garbage),
 		cmocka_unit_test(test_consumed_payload_wiped),
