@@ -15,7 +15,6 @@
 #include <uv.h>
 
 #include "config.h"
-#include "stats.h" /* request.c reaches pd_stats_request through here */
 
 struct pd_keyset;
 struct pd_tls_creds;
@@ -28,12 +27,6 @@ struct pd_daemon {
 	struct pd_tls_creds *tls_creds; /* current; sessions hold their own ref */
 	struct pd_pool *pool;
 	bool stopping;               /* SIGTERM/SIGINT: draining */
-	/* Transitional: request.c still adds to these directly; once it calls
-	 * pd_stats_bytes_in/_out they move into stats.c. */
-	struct pd_stats {
-		uint64_t bytes_in;  /* ciphertext received */
-		uint64_t bytes_out; /* plaintext sent */
-	} stats;
 };
 
 extern struct pd_daemon pd_d;

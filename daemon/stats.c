@@ -25,6 +25,8 @@ static struct counters {
 	uint64_t lat_count[LAT_BUCKETS + 1]; /* per bucket; cumulated at render time */
 	double lat_sum;
 	uint64_t reloads, reload_failures;
+	uint64_t bytes_in;  /* ciphertext received */
+	uint64_t bytes_out; /* plaintext sent */
 } g;
 
 void pd_stats_request(uint16_t status, double seconds)
@@ -38,9 +40,8 @@ void pd_stats_request(uint16_t status, double seconds)
 	st->lat_sum += seconds;
 }
 
-/* The byte counts are still pd_d's, for request.c (see daemon.h). */
-void pd_stats_bytes_in(uint64_t n) { pd_d.stats.bytes_in += n; }
-void pd_stats_bytes_out(uint64_t n) { pd_d.stats.bytes_out += n; }
+void pd_stats_bytes_in(uint64_t n) { g.bytes_in += n; }
+void pd_stats_bytes_out(uint64_t n) { g.bytes_out += n; }
 
 void pd_stats_reload(bool ok)
 {
@@ -100,10 +101,10 @@ char *pd_stats_render(size_t *ret_len)
 			    (unsigned long long)st->requests[s]);
 	put(&b, "# HELP pgpdecd_bytes_in_total Ciphertext bytes received.\n"
 	        "# TYPE pgpdecd_bytes_in_total counter\npgpdecd_bytes_in_total %llu\n",
-	    (unsigned long long)pd_d.stats.bytes_in);
+	    (unsigned long long)g.bytes_in);
 	put(&b, "# HELP pgpdecd_bytes_out_total Plaintext bytes produced.\n"
 	        "# TYPE pgpdecd_bytes_out_total counter\npgpdecd_bytes_out_total %llu\n",
-	    (unsigned long long)pd_d.stats.bytes_out);
+	    (unsigned long long)g.bytes_out);
 	put(&b, "# HELP pgpdecd_in_flight Messages being decrypted: admission slots taken (queue-length at most).\n"
 	        "# TYPE pgpdecd_in_flight gauge\npgpdecd_in_flight %u\n", pd_adm_slots());
 	struct pd_budget *mem = pd_adm_memory();
