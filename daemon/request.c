@@ -689,7 +689,9 @@ void pd_request_feed(struct pd_request *r, const uint8_t *p, size_t len)
 		return;
 	}
 	r->bytes_in += len;
-	if (len && !activate(r))
+	if (!len) /* an empty DATA frame: nothing to do, no slot to take */
+		return;
+	if (!activate(r))
 		return;
 	if (len > r->in_cap - pd_buf_len(&r->lin)) { /* the session checks room; never overflow */
 		pd_request_abort(r, PD_ST_INTERNAL, "input buffer overflow");

@@ -94,6 +94,8 @@ static inline void pd_buf_commit(struct pd_buf *b, size_t n)
 /** Append n octets (the caller checked the room). */
 static inline void pd_buf_put(struct pd_buf *b, const void *p, size_t n)
 {
+	if (!n) /* nothing; the buffer may not even exist yet */
+		return;
 	memcpy(pd_buf_tail(b), p, n);
 	pd_buf_commit(b, n);
 }
