@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pd_budget: a memory budget that messages on several threads draw from
- * (see pgpdec.h).  One atomic counter; a take that would pass the limit is
- * undone and refused, so the counter never stays above it.
+ * (see pgpdec.h).  One atomic counter, taken by compare-and-swap: it never
+ * passes the limit, not even for a moment.
  */
 #include "internal.h"
 
@@ -36,11 +36,13 @@ uint64_t pd_budget_limit(const struct pd_budget *b) { return b->limit; }
 
 int pd_budget_take(struct pd_budget *b, uint64_t n)
 {
-	uint64_t now = __atomic_add_fetch(&b->used, n, __ATOMIC_RELAXED);
-	if (now > b->limit || now < n) {
-		__atomic_sub_fetch(&b->used, n, __ATOMIC_RELAXED);
-		return -ENOMEM;
-	}
+	/* compare-and-swap: a take that does not fit never shows in used, so
+	 * a concurrent one never fails because of it */
+	uint64_t cur = __atomic_load_n(&b->used, __ATOMIC_RELAXED);
+	do {
+		if (n > b->limit || cur > b->limit - n)
+			return -ENOMEM;
+	} while (!__atomic_compare_exchange_n(&b->used, &cur, cur + n, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
 	return 0;
 }
 

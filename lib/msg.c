@@ -27,6 +27,9 @@
  * fixed integrity failure.  On any failure the message information is
  * scrubbed of everything the decrypted octets or the key trials decided
  * (scrub_info()), so a failed result tells no more than the request held.
+ * The memory a deferred message had drawn from its budget stays drawn until
+ * it is freed (m->draining), so the budget's figures do not show when the
+ * error came either.
  */
 #include <gcrypt.h>
 
@@ -132,6 +135,7 @@ struct pd_msg {
 	const int *cancel;     /* caller's flag, read atomically between costly steps */
 	struct pd_budget *budget; /* shared memory budget, or NULL */
 	uint64_t mem;          /* taken from it, in all */
+	bool draining;         /* a deferred error: memory freed stays drawn until pd_msg_free */
 };
 
 _Static_assert(PD_MSG_BASE_MEMORY == 2 * BUF_SIZE + COLL_MAX, "PD_MSG_BASE_MEMORY is the raw, armor and collector buffers");
@@ -183,6 +187,10 @@ static void scrub_info(struct pd_msg *m)
 	i->n_signatures = 0;
 	i->integrity = PD_INTEGRITY_NONE;
 	i->bytes_out = 0;
+	/* How far the engine had read when it failed depends on how fast the
+	 * layers below consumed, i.e. on the decrypted octets (octets after
+	 * the container, padding for instance, show it): 0 too. */
+	i->bytes_in = 0;
 }
 
 static void vfail(struct pd_msg *m, int err, const char *fmt, va_list ap)
@@ -262,7 +270,7 @@ static int mem_take(struct pd_msg *m, uint64_t n)
 
 static void mem_give(struct pd_msg *m, uint64_t n)
 {
-	if (!m->budget || !n)
+	if (!m->budget || !n || m->draining)
 		return;
 	pd_budget_give(m->budget, n);
 	m->mem -= n;
@@ -984,6 +992,7 @@ static int run_xform(struct pd_msg *m, size_t li, struct pd_worker *w, bool *pro
  * Nothing else changes: the container decrypts and hashes to its end. */
 static void drain_inner(struct pd_msg *m)
 {
+	m->draining = true; /* the budget gets it back with the message, not now */
 	while (m->depth > 2)
 		pop_layer(m);
 	struct layer *L = &m->layers[1];
@@ -1010,8 +1019,19 @@ static int start_container(struct pd_msg *m, struct pd_worker *w)
 		r = pd_aead_new(&m->aead, w, m->info.container, m->chdr, m->chdr_len, m->sk, &m->lim);
 		L->xk = X_AEAD;
 	}
+	/* A CFB container's cipher comes from the (unauthenticated) session key:
+	 * whatever stops its start (a cipher this libgcrypt lacks, a key of the
+	 * wrong size) must look like any wrong key.  So decrypt under a random
+	 * AES-256 key instead: the MDC fails at the end, in the same way and
+	 * about the same time. */
+	if (L->xk == X_CFB && r < 0 && r != -ENOMEM) {
+		m->sk->algo = 9;
+		m->sk->len = 32;
+		gcry_randomize(m->sk->key, 32, GCRY_STRONG_RANDOM);
+		r = pd_cfb_new(&m->cfb, w, m->sk, m->info.container == 9);
+	}
 	if (r == PD_EINTEGRITY)
-		return fail(m, r, L->xk == X_CFB ? INTEGRITY_SENTENCE : "integrity check failed: wrong session key");
+		return fail(m, r, "integrity check failed: wrong session key");
 	if (r < 0)
 		return fail(m, r, "%s: cannot start decryption (cipher %s)", pd_strerror(r), pd_sym_name(m->sk->algo));
 	if (L->xk == X_CFB) /* AEAD containers name their cipher in the header */
@@ -1078,7 +1098,8 @@ struct pd_msg *pd_msg_free(struct pd_msg *m, struct pd_worker *w)
 		pd_wipe(m->password, m->password_len);
 		gcry_free(m->password);
 	}
-	mem_give(m, m->mem); /* the base buffers, the chunk buffer */
+	m->draining = false;
+	mem_give(m, m->mem); /* the base buffers, the chunk buffer, what a drain kept */
 	free(m);
 	return NULL;
 }
@@ -1332,5 +1353,11 @@ int pd_msg_recover_key(struct pd_msg *m, const struct pd_keyring *kr, struct pd_
 	m->info.key_fpr_len = res.key_fpr_len;
 	m->info.pk_algo = res.pk_algo;
 	m->have_key = true;
+	if (m->password) { /* derived from: no longer needed */
+		pd_wipe(m->password, m->password_len);
+		gcry_free(m->password);
+		m->password = NULL;
+		m->password_len = 0;
+	}
 	return 0;
 }

@@ -281,7 +281,10 @@ int pd_aead_run(struct pd_aead *a, const uint8_t *in, size_t inlen, size_t *ret_
 			if (a->pt_off < a->pt_end)
 				break; /* out is full */
 			/* Chunk handed out: move the octets after its tag down
-			 * (compaction wipes what they leave behind). */
+			 * (compaction wipes what they leave behind; when nothing
+			 * is left, as after the last chunk, wipe the chunk here). */
+			if (a->keep_off == pd_buf_len(&a->b))
+				pd_wipe(a->b.d, a->keep_off);
 			pd_buf_consume(&a->b, a->keep_off);
 			pd_buf_compact(&a->b);
 			a->pending = false;

@@ -88,11 +88,17 @@ int pd_s2k_check(const struct pd_s2k *s, const struct pd_limits *lim)
 	return 0;
 }
 
-uint64_t pd_s2k_work_kib(const struct pd_s2k *s)
+uint64_t pd_s2k_work_kib(const struct pd_s2k *s, size_t keylen)
 {
 	switch (s->type) {
-	case 3:
-		return PD_MAX((uint64_t)s->count / 1024, 1);
+	case 3: {
+		/* OpenPGP S2K hashes the whole count again for each block of key
+		 * beyond the hash's size (SHA-1 for an AES-256 key: twice) */
+		int md = pd_hash_gcry(s->hash);
+		size_t dl = md ? gcry_md_get_algo_dlen(md) : 0;
+		uint64_t passes = dl ? (keylen + dl - 1) / dl : 1;
+		return PD_MAX((uint64_t)s->count / 1024, 1) * PD_MAX(passes, 1);
+	}
 	case 4:
 		return PD_MAX(((uint64_t)s->t << s->m) / 2, 1);
 	default:

@@ -21,10 +21,11 @@ PD_HIDDEN int pd_s2k_parse(const uint8_t *p, size_t len, struct pd_s2k *ret, siz
 /** 0 if what s costs stays within the per-derivation caps of lim (NULL: no
  * caps): iteration count, Argon2 memory, passes and lanes; else PD_ELIMIT. */
 PD_HIDDEN int pd_s2k_check(const struct pd_s2k *s, const struct pd_limits *lim);
-/** The work one derivation of s takes, in KiB hashed (iterated S2K: its
- * count; Argon2: memory x passes / 2, which runs about twice as fast per
- * octet on libgcrypt 1.10); what pd_limits.max_kdf_mib caps per message. */
-PD_HIDDEN uint64_t pd_s2k_work_kib(const struct pd_s2k *s);
+/** The work one derivation of s into keylen octets takes, in KiB hashed
+ * (iterated S2K: its count, once per hash-sized block of key; Argon2:
+ * memory x passes / 2, which runs about twice as fast per octet on
+ * libgcrypt 1.10); what pd_limits.max_kdf_mib caps per message. */
+PD_HIDDEN uint64_t pd_s2k_work_kib(const struct pd_s2k *s, size_t keylen);
 /** Derive outlen octets from pass; PD_ELIMIT if the cost exceeds lim. */
 PD_HIDDEN int pd_s2k_derive(const struct pd_s2k *s, const char *pass, size_t passlen, uint8_t *out,
                             size_t outlen, const struct pd_limits *lim);

@@ -207,7 +207,7 @@ int pd_trials_skesk(const struct pd_trials *t, const char *pw, size_t pwlen, str
 		}
 		if (t->lim->max_skesk_trials && nplan == t->lim->max_skesk_trials)
 			break;
-		work += pd_s2k_work_kib(&s.s2k);
+		work += pd_s2k_work_kib(&s.s2k, pd_sym_keylen(s.cipher));
 		if (t->lim->max_kdf_mib && work > (uint64_t)t->lim->max_kdf_mib * 1024) {
 			r = failr(res, PD_ELIMIT, "limit exceeded: the password-encrypted session key packets ask for "
 			          "more key derivation than %u MiB", t->lim->max_kdf_mib);

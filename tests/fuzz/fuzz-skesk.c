@@ -84,7 +84,7 @@ int __wrap_pd_s2k_derive(const struct pd_s2k *s, const char *pass, size_t passle
 		return r;
 	}
 	n_derive++;
-	work_kib += pd_s2k_work_kib(s);
+	work_kib += pd_s2k_work_kib(s, outlen);
 	return r;
 }
 

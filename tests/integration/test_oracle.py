@@ -214,3 +214,15 @@ def test_verified_only_hold_limit_waits_for_the_verdict(world, tmp_path):
         check_identical(replies(c, [bytes(forged)], pdwire.F_VERIFIED_ONLY), "forged, over the hold limit")
     finally:
         assert d.stop() == 0, d.logtext()
+
+
+def test_masks_with_padding_after_the_container(oracle_daemon, captured):
+    """Padding packets after the SEIPD: how far the engine had read when
+    the MDC failed depended on how fast the layers inside drained, i.e.
+    on the decrypted octets; a failed RESULT's bytes_in must not show it."""
+    pk, seipd = split(captured["literal"])
+    pad = packet(21, bytes(100 * 1024))
+    c = oracle_daemon.client()
+    res = replies(c, [forge(pk, seipd, 1, 2, mask) + pad for mask in range(256)], pdwire.F_VERIFIED_ONLY)
+    r = check_identical(res, "block 1, octet 2, padding after")
+    assert r["bytes_in"] == 0, r

@@ -141,3 +141,16 @@ def test_argon2_costs_capped(pd, tools, matrix, t, p, m, why):
     body = pgp.seipd_v1(os.urandom(32), pgp.literal(HELLO))
     f = write(tools, ".pgp", skesk_v4(s2k_argon2(t, p, m)) + body)
     expect_err(pd(f, password="wrong", info=False), "ELIMIT")
+
+
+def test_kdf_work_counts_every_hash_pass(pd, tools, matrix):
+    """An iterated S2K hashes its count once per hash-sized block of key:
+    SHA-1 for an AES-256 key, twice.  Four such SKESKs at the largest count
+    are twice the 256 MiB budget (before: planned at 248 MiB, 1.9 s)."""
+    matrix("password", "python", "SHA-1 S2K for AES-256, x4")
+    body = pgp.seipd_v1(os.urandom(32), pgp.literal(HELLO))
+    sha1 = [bytes([3, 2]) + os.urandom(8) + b"\xff" for _ in range(4)]
+    f = write(tools, ".pgp", b"".join(skesk_v4(s) for s in sha1) + body)
+    r = pd(f, password="wrong", info=False)
+    expect_err(r, "ELIMIT")
+    assert "key derivation" in r.stderr
