@@ -75,6 +75,7 @@ struct pd_request {
 	uint64_t bytes_in, max_in;
 	uint64_t t_start;       /* uv_hrtime() */
 	uint64_t deadline_ms;   /* uv_now() */
+	uint64_t start_deadline_ms; /* uv_now() by which the first ciphertext must come */
 };
 
 /* Tell the owner something changed (nothing once it let go). */
@@ -352,8 +353,19 @@ static void job_work(struct pd_job *j, struct pd_worker *w)
 		if (st == PD_STEP_METADATA) {
 			if (r->want_meta) {
 				close_frame(&fw);
+				/* Provisional like the plaintext; but which key's trial was
+				 * taken, and the session key's cipher, stay secret until the
+				 * container verified (only AEAD chunks are verified by
+				 * now): not in it for CFB. */
+				struct pd_msginfo mi = *pd_msg_info(r->m);
+				if (mi.container == 9 || (mi.container == 18 && mi.container_version == 1)) {
+					mi.sym_algo = 0;
+					mi.pk_algo = 0;
+					mi.key_fpr_len = 0;
+					memset(mi.key_fpr, 0, sizeof(mi.key_fpr));
+				}
 				int n = pd_frame_encode_metadata(fw.o->data + fw.o->len, fw.o->cap - fw.o->len - PD_FRAME_STRUCT_MAX,
-				                                 r->id, pd_msg_info(r->m));
+				                                 r->id, &mi);
 				if (n > 0)
 					fw.o->len += (size_t)n;
 			}
@@ -552,6 +564,7 @@ int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owne
 	r->max_in = c->max_message_size;
 	r->wait = W_INPUT;
 	r->deadline_ms = c->message_timeout_ms ? uv_now(pd_d.loop) + c->message_timeout_ms : 0;
+	r->start_deadline_ms = c->idle_timeout_ms ? uv_now(pd_d.loop) + c->idle_timeout_ms : 0;
 	*ret = r;
 
 	if (pd_d.stopping) {
@@ -729,4 +742,17 @@ bool pd_request_take_output(struct pd_request *r, struct pd_obuf_list *out, bool
 	return r->terminal_taken;
 }
 
-uint64_t pd_request_deadline(const struct pd_request *r) { return r->answered ? 0 : r->deadline_ms; }
+bool pd_request_started(const struct pd_request *r) { return !r->decrypt || r->slot || r->answered; }
+
+uint64_t pd_request_deadline(const struct pd_request *r)
+{
+	if (r->answered)
+		return 0;
+	/* Until its first ciphertext a request holds no slot but may hold a
+	 * password in secure memory: it gets idle-timeout for it, not the whole
+	 * message-timeout. */
+	if (r->decrypt && !r->slot && r->start_deadline_ms &&
+	    (!r->deadline_ms || r->start_deadline_ms < r->deadline_ms))
+		return r->start_deadline_ms;
+	return r->deadline_ms;
+}

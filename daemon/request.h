@@ -65,5 +65,9 @@ bool pd_request_take_output(struct pd_request *r, struct pd_obuf_list *out, bool
 void pd_request_kick(struct pd_request *r);
 /** End the request now with status (timeout, shutdown); output not yet taken is dropped. */
 void pd_request_abort(struct pd_request *r, uint16_t status, const char *sentence);
-/** uv_now() time by which the request must be answered (0: none). */
+/** Whether a DECRYPT has had its first ciphertext (holds a slot), or a
+ * reply is of another kind. */
+bool pd_request_started(const struct pd_request *r);
+/** uv_now() time by which the request must be answered (0: none): its
+ * message-timeout, or idle-timeout for a DECRYPT not started yet. */
 uint64_t pd_request_deadline(const struct pd_request *r);

@@ -975,9 +975,10 @@ static void sweep_one(struct pd_session *s, uint64_t now)
 		struct pd_request *r = rq_at(s, i);
 		uint64_t d = pd_request_deadline(r);
 		if (d && now >= d) {
-			pd_log_notice("REQ", "request timed out after message-timeout (%llu ms)",
-			              (unsigned long long)c->message_timeout_ms);
-			pd_request_abort(r, PD_ST_TIMEOUT, "message-timeout exceeded");
+			bool started = pd_request_started(r);
+			pd_log_notice("REQ", "request timed out: %s", started ? "message-timeout" : "no ciphertext within idle-timeout");
+			pd_request_abort(r, PD_ST_TIMEOUT, started ? "message-timeout exceeded" :
+			                 "no ciphertext within idle-timeout");
 		}
 	}
 	if (!s->rq_n && !s->rx && !s->wbytes && c->idle_timeout_ms &&

@@ -238,3 +238,24 @@ def test_idle_passwords_are_bounded(world, mkdaemon):
     assert res["name"] == "OK" and got == plain, res
     for c in conns:
         c.close()
+
+
+def test_unstarted_request_gets_idle_timeout(world, mkdaemon):
+    """A DECRYPT with a password and no ciphertext holds secure memory: it
+    gets idle-timeout to start, not the whole message-timeout (before: 10
+    minutes, so 256 such connections locked every password request out)."""
+    d = mkdaemon("--idle-timeout", "1s")
+    c = d.client(timeout=15)
+    rid = c.new_id()
+    pw = b"secret"
+    t0 = time.monotonic()
+    c.send(frame(pdwire.DECRYPT, rid, struct.pack(">I", 0) + struct.pack(">BH", T_PASSWORD, len(pw)) + pw))
+    ftype, fid, p = c.recv_frame()
+    res = pdwire.parse_result(p)
+    assert ftype == pdwire.RESULT and fid == rid and res["name"] == "TIMEOUT", res
+    assert "idle-timeout" in res["sentence"], res
+    assert time.monotonic() - t0 < 10
+    # a request that started is not cut short by it
+    plain, ct = world["msgs"][2]
+    got, res, _ = d.client().decrypt(ct)
+    assert res["name"] == "OK" and got == plain, res

@@ -226,3 +226,16 @@ def test_masks_with_padding_after_the_container(oracle_daemon, captured):
     res = replies(c, [forge(pk, seipd, 1, 2, mask) + pad for mask in range(256)], pdwire.F_VERIFIED_ONLY)
     r = check_identical(res, "block 1, octet 2, padding after")
     assert r["bytes_in"] == 0, r
+
+
+def test_metadata_before_the_mdc_names_no_key(oracle_daemon, captured):
+    """METADATA streams before a SEIPD v1 message's MDC: it may carry the
+    literal's header (provisional, like the plaintext) but not which key's
+    trial was taken, which stays secret until the MDC verified; the
+    RESULT OK names it."""
+    c = oracle_daemon.client()
+    plain, res, meta = c.read_reply(c.send_decrypt(captured["literal"], flags=pdwire.F_WANT_METADATA))
+    assert res["name"] == "OK" and meta is not None, res
+    tags = {t for t, _ in pdwire.tlvs(meta)}
+    assert not tags & {pdwire.T_KEY_FPR, pdwire.T_PK_ALGO, pdwire.T_SYM_ALGO}, tags
+    assert pdwire.T_KEY_FPR in {t for t, _ in res["tlv"]}
