@@ -37,6 +37,7 @@ struct pd_request {
 	bool job_inflight;
 	bool slot;              /* holds an admission slot (see admission.h) */
 	uint64_t mem;           /* its buffers' share of the memory budget */
+	uint64_t mem_in;        /* ... of which lin and jin (given back when answered) */
 	bool stats_done;        /* its outcome is counted in the stats */
 	int cancel;             /* set (atomically) when answered with a job out: the engine stops */
 	enum wait wait;
@@ -164,9 +165,21 @@ static struct pd_obuf *result_obuf(uint32_t id, uint16_t status, const char *err
 	return o;
 }
 
+/* Answered: the ciphertext buffers are of no more use.  Free them and give
+ * their share of the memory budget back now, not when the session lets go
+ * of the request (its output may wait long behind a slow head); jin only
+ * once no job uses it. */
 static void drop_input(struct pd_request *r)
 {
-	pd_buf_wipe(&r->lin);
+	pd_buf_free(&r->lin);
+	if (r->job_inflight)
+		return;
+	pd_buf_free(&r->jin);
+	if (r->mem_in) {
+		pd_budget_give(pd_adm_memory(), r->mem_in);
+		r->mem -= r->mem_in;
+		r->mem_in = 0;
+	}
 }
 
 void pd_request_abort(struct pd_request *r, uint16_t status, const char *sentence)
@@ -463,6 +476,7 @@ static void job_done(struct pd_job *j)
 	}
 	if (r->answered) { /* aborted (timeout, shutdown) while out: result already queued */
 		pd_obuf_free(o);
+		drop_input(r); /* jin too, now */
 		if (r->m)
 			r->m = pd_msg_free(r->m, NULL);
 		r->ks = pd_keyset_unref(r->ks);
@@ -633,6 +647,7 @@ static bool activate(struct pd_request *r)
 		return false;
 	}
 	r->mem = need;
+	r->mem_in = 2 * (uint64_t)r->in_cap;
 	int err = pd_buf_init(&r->lin, r->in_cap) == 0 && pd_buf_init(&r->jin, r->in_cap) == 0 ?
 	          pd_msg_new(&r->m, &r->lim) : -ENOMEM;
 	if (err == 0)

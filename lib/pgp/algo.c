@@ -46,6 +46,14 @@ static const struct {
 
 int pd_sym_gcry(int algo) { FIND(syms, id, algo) return syms[i_].gcry; return 0; }
 size_t pd_sym_keylen(int algo) { FIND(syms, id, algo) return syms[i_].keylen; return 0; }
+
+uint32_t pd_sym_keylen_ct(uint8_t algo)
+{
+	uint32_t len = 0;
+	for (size_t i = 0; i < PD_ARRAY_SIZE(syms); i++) /* every entry, no early exit */
+		len |= pd_ct_eq32(algo, (uint32_t)syms[i].id) & syms[i].keylen;
+	return len;
+}
 size_t pd_sym_blklen(int algo) { FIND(syms, id, algo) return syms[i_].blklen; return 0; }
 const char *pd_sym_name(int algo) { FIND(syms, id, algo) return syms[i_].name; return "unknown"; }
 int pd_hash_gcry(int algo) { FIND(hashes, id, algo) return hashes[i_].gcry; return 0; }

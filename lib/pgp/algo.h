@@ -27,6 +27,8 @@ enum pd_curve {
 PD_HIDDEN int pd_sym_gcry(int algo);
 /** Key length in octets (0 if unknown). */
 PD_HIDDEN size_t pd_sym_keylen(int algo);
+/** The same for a secret algo octet, in constant time (0 if unknown). */
+PD_HIDDEN uint32_t pd_sym_keylen_ct(uint8_t algo);
 /** Block length in octets (0 if unknown). */
 PD_HIDDEN size_t pd_sym_blklen(int algo);
 /** libgcrypt md id for an OpenPGP hash id, 0 if unknown. */

@@ -148,7 +148,7 @@ static int unlock_v4(struct pd_worker *w, const struct pd_skesk *s, const uint8_
 	if (r < 0)
 		return r;
 	/* The only check a v4 ESK offers: a known cipher of the right size. */
-	uint32_t klen = (uint32_t)pd_sym_keylen(buf[0]);
+	uint32_t klen = pd_sym_keylen_ct(buf[0]);
 	*ok = ~pd_ct_is_zero32(klen) & pd_ct_eq32(klen, (uint32_t)(s->esk_len - 1));
 	key->algo = buf[0];
 	key->len = (uint8_t)(s->esk_len - 1);
