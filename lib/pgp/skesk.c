@@ -252,16 +252,11 @@ out:
 	return r;
 }
 
-int pd_skesk_unlock(struct pd_worker *w, const struct pd_skesk *s, const uint8_t *s2k_key,
-                    struct pd_sesskey *out)
+/* For callers that want a verdict, not a mask (pd_skesk_unlock/_decrypt):
+ * PD_EBADPASS when the check failed, *out written only on success; tmp
+ * (secure memory) wiped and freed. */
+static int to_verdict(int r, uint32_t ok, struct pd_sesskey *tmp, struct pd_sesskey *out)
 {
-	struct pd_sesskey *tmp = gcry_malloc_secure(sizeof(*tmp));
-	uint32_t ok = 0;
-	int r;
-
-	if (!tmp)
-		return -ENOMEM;
-	r = unlock(w, s, s2k_key, tmp, &ok);
 	if (r == 0 && !ok)
 		r = PD_EBADPASS;
 	if (r == 0)
@@ -269,6 +264,17 @@ int pd_skesk_unlock(struct pd_worker *w, const struct pd_skesk *s, const uint8_t
 	pd_wipe(tmp, sizeof(*tmp));
 	gcry_free(tmp);
 	return r;
+}
+
+int pd_skesk_unlock(struct pd_worker *w, const struct pd_skesk *s, const uint8_t *s2k_key,
+                    struct pd_sesskey *out)
+{
+	struct pd_sesskey *tmp = gcry_malloc_secure(sizeof(*tmp));
+	uint32_t ok = 0;
+
+	if (!tmp)
+		return -ENOMEM;
+	return to_verdict(unlock(w, s, s2k_key, tmp, &ok), ok, tmp, out);
 }
 
 int pd_skesk_try(struct pd_worker *w, const uint8_t *body, size_t len, const char *pw, size_t pwlen,
@@ -299,16 +305,8 @@ int pd_skesk_decrypt(struct pd_worker *w, const uint8_t *body, size_t len, const
 {
 	struct pd_sesskey *tmp = gcry_malloc_secure(sizeof(*tmp));
 	uint32_t ok = 0;
-	int r;
 
 	if (!tmp)
 		return -ENOMEM;
-	r = pd_skesk_try(w, body, len, pw, pwlen, lim, tmp, &ok);
-	if (r == 0 && !ok)
-		r = PD_EBADPASS;
-	if (r == 0)
-		*out = *tmp;
-	pd_wipe(tmp, sizeof(*tmp));
-	gcry_free(tmp);
-	return r;
+	return to_verdict(pd_skesk_try(w, body, len, pw, pwlen, lim, tmp, &ok), ok, tmp, out);
 }
