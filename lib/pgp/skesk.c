@@ -274,7 +274,8 @@ int pd_skesk_unlock(struct pd_worker *w, const struct pd_skesk *s, const uint8_t
 
 	if (!tmp)
 		return -ENOMEM;
-	return to_verdict(unlock(w, s, s2k_key, tmp, &ok), ok, tmp, out);
+	int r = unlock(w, s, s2k_key, tmp, &ok); /* before ok is read */
+	return to_verdict(r, ok, tmp, out);
 }
 
 int pd_skesk_try(struct pd_worker *w, const uint8_t *body, size_t len, const char *pw, size_t pwlen,
@@ -308,5 +309,6 @@ int pd_skesk_decrypt(struct pd_worker *w, const uint8_t *body, size_t len, const
 
 	if (!tmp)
 		return -ENOMEM;
-	return to_verdict(pd_skesk_try(w, body, len, pw, pwlen, lim, tmp, &ok), ok, tmp, out);
+	int r = pd_skesk_try(w, body, len, pw, pwlen, lim, tmp, &ok); /* before ok is read */
+	return to_verdict(r, ok, tmp, out);
 }
