@@ -45,6 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define DEADLINE_MS 8000 /* an input the daemon does not finish by then is a hang */
 
 static bool ready;
+static void teardown(void);
 static bool verbose; /* FUZZ_SESSION_VERBOSE=1: what came back, per input */
 
 static void init_once(void)
@@ -69,7 +70,23 @@ static void init_once(void)
 	pd_d.loop = uv_default_loop();
 	CHECK(pd_pool_new(&pd_d.pool, pd_d.loop, 1, pd_d.cfg->queue_length + 16) == 0);
 	CHECK(pd_sessions_init(pd_d.loop) == 0);
+	atexit(teardown);
 	ready = true;
+}
+
+/* At exit, what main.c does when the daemon stops: no leak report for
+ * what the process still held (the key ring's OpenSSL keys, the workers). */
+static void teardown(void)
+{
+	pd_sessions_deinit();
+	pd_pool_stop(pd_d.pool);
+	pd_d.pool = NULL;
+	uv_run(pd_d.loop, UV_RUN_DEFAULT); /* the close callbacks */
+	uv_loop_close(pd_d.loop);
+	pd_d.keys = pd_keyset_unref(pd_d.keys);
+	pd_config_free(pd_d.cfg);
+	pd_d.cfg = NULL;
+	pd_lib_deinit();
 }
 
 static uint64_t now_ms(void)
