@@ -135,7 +135,7 @@ if [ "${PD_CHECK_SKIP_ASAN:-0}" != 1 ]; then
 		r2="FAIL (sanitizer report)"
 		status=1
 	fi
-	unset PD_TEST_LEAN
+	unset PD_TEST_LEAN ASAN_OPTIONS UBSAN_OPTIONS # for that step only
 	T3=$(date +%s)
 	w2=$(grep -c 'warning:' build-asan/meson-logs/build-check.log 2>/dev/null || true)
 fi

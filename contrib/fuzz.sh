@@ -77,7 +77,9 @@ ninja -C "$BUILD" -j "$JOBS" $bins >"$BUILD/meson-logs/build-fuzz.log" 2>&1 || {
 # -detect_leaks=0: see the top of fuzz-msg.c (OpenSSL's secure heap looks
 # like a leak while the process runs); the fuzz-regress suite finds leaks
 # at exit when it replays a corpus under the sanitizer build.
-ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=0:strict_string_checks=1}
+# (forced last, whatever the caller's ASAN_OPTIONS say: check.sh's
+# sanitizer step asks for leak detection, which is right there, not here)
+ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:strict_string_checks=1}:detect_leaks=0"
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}
 export ASAN_OPTIONS UBSAN_OPTIONS
 
