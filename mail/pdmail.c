@@ -1,0 +1,1165 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libpdmail: find what is encrypted in one mail, have the daemon decrypt it
+ * (verified-only, pipelined on one connection), write the mail back with
+ * the plaintext in place.  See pdmail.h for the contract.
+ *
+ * The work goes in rounds.  A round walks the MIME tree from its roots and
+ * collects "pieces": a PGP/MIME multipart/encrypted, an encrypted
+ * attachment, or one armored block of an inline text part.  Every piece of
+ * the round is submitted before the replies are read; each plaintext goes to
+ * its own unlinked spool file.  Then every decrypted piece is put in place.
+ * A decrypted PGP/MIME entity is the root of the next round (encrypted
+ * inside encrypted), up to max_depth.
+ *
+ * Nothing here looks at plaintext before the daemon has verified it: the
+ * requests are PDC_VERIFIED_ONLY, and a piece is used only when its result
+ * is OK with MDC or AEAD integrity.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gmime/gmime.h>
+
+#include "pdmail.h"
+
+#define HDR_PREFIX "X-Pgpdecd-"
+#define MAX_PIECES_HARD 1024
+
+struct pd_mail {
+	struct pdc_config cfg;
+	struct pd_mail_policy pol;
+	struct pdc_conn *conn;
+};
+
+enum piece_kind { PK_PGPMIME, PK_ATTACH, PK_INLINE };
+enum piece_state { PS_PENDING, PS_OK, PS_NO_KEY, PS_FAILED, PS_UNAVAILABLE };
+
+struct text_job;
+
+struct piece {
+	enum piece_kind kind;
+	enum piece_state st;
+	GMimeObject *obj;          /* the multipart/encrypted, or the part */
+	GMimeStream *src;          /* ciphertext, decoded from its transfer encoding */
+	int out_fd;                /* plaintext spool (unlinked) */
+	int write_err;             /* a failed write to out_fd */
+	unsigned depth;
+	struct text_job *tj;       /* PK_INLINE: the text part and its blocks */
+	gint64 begin, end;         /* PK_INLINE: the block in the decoded text */
+	struct pdc_result res;
+};
+
+struct text_job {
+	GMimePart *part;
+	GMimeStream *text;         /* the decoded text, spooled */
+	unsigned first, n;         /* its pieces */
+};
+
+struct run {
+	struct pd_mail *m;
+	GMimeMessage *msg;
+	struct piece *p;
+	unsigned n, cap;
+	struct text_job *tj[MAX_PIECES_HARD];
+	unsigned n_tj;
+	bool over_limit;
+	struct pd_mail_report *rep;
+};
+
+/* ------------------------------------------------------------------ */
+/* Names and policy */
+
+void pd_mail_policy_default(struct pd_mail_policy *p)
+{
+	*p = (struct pd_mail_policy){
+		.on_no_key = PD_MAIL_PASS,
+		.on_failure = PD_MAIL_REJECT,
+		.protected_headers = PD_MAIL_HP_SUBJECT,
+		.keep_original = false,
+		.max_depth = 4,
+		.max_parts = 64,
+	};
+}
+
+int pd_mail_action_parse(const char *s, enum pd_mail_action *ret)
+{
+	static const char *const names[] = { "pass", "reject", "quarantine" };
+	for (unsigned i = 0; i < 3; i++)
+		if (strcmp(s, names[i]) == 0) {
+			*ret = (enum pd_mail_action)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+int pd_mail_hp_parse(const char *s, enum pd_mail_hp *ret)
+{
+	static const char *const names[] = { "none", "subject", "all" };
+	for (unsigned i = 0; i < 3; i++)
+		if (strcmp(s, names[i]) == 0) {
+			*ret = (enum pd_mail_hp)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+const char *pd_mail_outcome_name(enum pd_mail_outcome o)
+{
+	switch (o) {
+	case PD_MAIL_NOT_ENCRYPTED: return "not-encrypted";
+	case PD_MAIL_DECRYPTED: return "decrypted";
+	case PD_MAIL_PARTLY: return "partly-decrypted";
+	case PD_MAIL_NO_KEY: return "no-key";
+	case PD_MAIL_FAILED: return "failed";
+	case PD_MAIL_UNAVAILABLE: return "unavailable";
+	}
+	return "?";
+}
+
+const char *pd_mail_action_name(enum pd_mail_action a)
+{
+	switch (a) {
+	case PD_MAIL_PASS: return "pass";
+	case PD_MAIL_REJECT: return "reject";
+	case PD_MAIL_QUARANTINE: return "quarantine";
+	}
+	return "?";
+}
+
+void pd_mail_reason(const struct pd_mail_report *r, char *buf, size_t n)
+{
+	switch (r->outcome) {
+	case PD_MAIL_FAILED:
+	case PD_MAIL_PARTLY:
+	case PD_MAIL_UNAVAILABLE:
+	case PD_MAIL_NO_KEY:
+		if (r->status_name[0]) {
+			snprintf(buf, n, "not decrypted: %s", r->status_name);
+			return;
+		}
+		snprintf(buf, n, "not decrypted: %s", pd_mail_outcome_name(r->outcome));
+		return;
+	default:
+		snprintf(buf, n, "%s", pd_mail_outcome_name(r->outcome));
+	}
+}
+
+void pd_mail_global_init(void)
+{
+	g_mime_init();
+}
+
+int pd_mail_new(struct pd_mail **ret, const struct pdc_config *cfg, const struct pd_mail_policy *policy)
+{
+	struct pd_mail *m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->cfg = *cfg;
+	if (policy)
+		m->pol = *policy;
+	else
+		pd_mail_policy_default(&m->pol);
+	if (m->pol.max_parts == 0 || m->pol.max_parts > MAX_PIECES_HARD)
+		m->pol.max_parts = m->pol.max_parts ? MAX_PIECES_HARD : 64;
+	*ret = m;
+	return 0;
+}
+
+struct pd_mail *pd_mail_free(struct pd_mail *m)
+{
+	if (!m)
+		return NULL;
+	pdc_close(m->conn);
+	free(m);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Spool files and streams */
+
+static int spool_fd(struct pd_mail *m)
+{
+	const char *dir = m->pol.tmpdir;
+	if (!dir || !*dir)
+		dir = getenv("TMPDIR");
+	if (!dir || !*dir)
+		dir = "/tmp";
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		return fd;
+	char path[4096];
+	if (snprintf(path, sizeof(path), "%s/pgpdecd-mail.XXXXXX", dir) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	fd = mkostemp(path, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	unlink(path);
+	return fd;
+}
+
+/* A GMime stream over fd that owns it. */
+static GMimeStream *fd_stream(int fd)
+{
+	return g_mime_stream_fs_new(fd);
+}
+
+/* Copy a stream to the end into another; 0 or -EIO. */
+static int copy_stream(GMimeStream *from, GMimeStream *to)
+{
+	return g_mime_stream_write_to_stream(from, to) < 0 ? -EIO : 0;
+}
+
+/* The decoded content of a part, as a stream to read from its start.  The
+ * returned stream reads the raw (encoded) octets through GMime's decoder. */
+static GMimeStream *decoded_stream(GMimePart *part)
+{
+	GMimeDataWrapper *w = g_mime_part_get_content(part);
+	if (!w)
+		return NULL;
+	GMimeStream *raw = g_mime_data_wrapper_get_stream(w);
+	if (!raw)
+		return NULL;
+	GMimeStream *sub = g_mime_stream_substream(raw, raw->bound_start, raw->bound_end);
+	g_mime_stream_reset(sub);
+	GMimeContentEncoding enc = g_mime_data_wrapper_get_encoding(w);
+	if (enc == GMIME_CONTENT_ENCODING_BASE64 || enc == GMIME_CONTENT_ENCODING_QUOTEDPRINTABLE ||
+	    enc == GMIME_CONTENT_ENCODING_UUENCODE) {
+		GMimeStream *f = g_mime_stream_filter_new(sub);
+		GMimeFilter *dec = g_mime_filter_basic_new(enc, FALSE);
+		g_mime_stream_filter_add(GMIME_STREAM_FILTER(f), dec);
+		g_object_unref(dec);
+		g_object_unref(sub);
+		return f;
+	}
+	return sub;
+}
+
+/* Read up to n octets from the start of a part's decoded content. */
+static size_t peek_part(GMimePart *part, char *buf, size_t n)
+{
+	GMimeStream *s = decoded_stream(part);
+	size_t got = 0;
+	if (!s)
+		return 0;
+	while (got < n) {
+		ssize_t r = g_mime_stream_read(s, buf + got, n - got);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	g_object_unref(s);
+	return got;
+}
+
+/* ------------------------------------------------------------------ */
+/* Finding the pieces */
+
+static bool ieq(const char *a, const char *b)
+{
+	return a && b && strcasecmp(a, b) == 0;
+}
+
+static bool has_suffix(const char *name, const char *suffix)
+{
+	size_t a = strlen(name), b = strlen(suffix);
+	return a > b && strcasecmp(name + a - b, suffix) == 0;
+}
+
+static const char *const enc_suffixes[] = { ".pgp", ".gpg", ".asc" };
+
+/* Does this look like the start of an OpenPGP message (armored or binary)? */
+static bool looks_encrypted(const char *p, size_t n)
+{
+	static const char armor[] = "-----BEGIN PGP MESSAGE-----";
+	/* Armor may follow some text (up to the peeked window). */
+	for (size_t i = 0; i + sizeof(armor) - 1 <= n; i++)
+		if ((i == 0 || p[i - 1] == '\n') && memcmp(p + i, armor, sizeof(armor) - 1) == 0)
+			return true;
+	if (n == 0 || !((unsigned char)p[0] & 0x80))
+		return false;
+	unsigned tag = ((unsigned char)p[0] & 0x40) ? ((unsigned char)p[0] & 0x3f)
+	                                            : (((unsigned char)p[0] >> 2) & 0x0f);
+	/* PKESK, SKESK, SED, SEIPD, OCB: what an encrypted message starts with. */
+	return tag == 1 || tag == 3 || tag == 9 || tag == 18 || tag == 20;
+}
+
+static struct piece *add_piece(struct run *r, enum piece_kind k, GMimeObject *obj, unsigned depth)
+{
+	if (r->n >= r->m->pol.max_parts) {
+		r->over_limit = true;
+		return NULL;
+	}
+	if (r->n == r->cap) {
+		unsigned cap = r->cap ? r->cap * 2 : 8;
+		struct piece *np = realloc(r->p, cap * sizeof(*np));
+		if (!np)
+			return NULL;
+		r->p = np;
+		r->cap = cap;
+	}
+	struct piece *p = &r->p[r->n++];
+	*p = (struct piece){ .kind = k, .obj = obj, .out_fd = -1, .depth = depth };
+	return p;
+}
+
+/* An inline text part: spool its decoded text, find the armored blocks with
+ * GMime's OpenPGP filter, one piece per block. */
+static int scan_inline(struct run *r, GMimePart *part, unsigned depth)
+{
+	GMimeStream *dec = decoded_stream(part);
+	if (!dec)
+		return 0;
+	int fd = spool_fd(r->m);
+	if (fd < 0) {
+		g_object_unref(dec);
+		return fd;
+	}
+	GMimeStream *text = fd_stream(fd);
+	int err = copy_stream(dec, text);
+	g_object_unref(dec);
+	if (err) {
+		g_object_unref(text);
+		return err;
+	}
+	g_mime_stream_reset(text);
+
+	/* Line by line through the filter; after each END marker note the
+	 * block and start over for the next one. */
+	GMimeStream *buffered = g_mime_stream_buffer_new(text, GMIME_STREAM_BUFFER_BLOCK_READ);
+	GMimeFilter *f = g_mime_filter_openpgp_new();
+	GMimeFilterOpenPGP *fo = GMIME_FILTER_OPENPGP(f);
+	GByteArray *line = g_byte_array_new();
+	gint64 base = 0, pos = 0;
+	unsigned first = r->n, n = 0;
+	for (;;) {
+		g_byte_array_set_size(line, 0);
+		g_mime_stream_buffer_readln(buffered, line);
+		if (line->len == 0)
+			break;
+		char *out;
+		size_t outlen, outpre;
+		g_mime_filter_filter(f, (char *)line->data, line->len, 0, &out, &outlen, &outpre);
+		pos += line->len;
+		if (fo->state == GMIME_OPENPGP_END_PGP_MESSAGE) {
+			struct piece *p = add_piece(r, PK_INLINE, GMIME_OBJECT(part), depth);
+			if (!p)
+				break;
+			p->begin = base + g_mime_filter_openpgp_get_begin_offset(fo);
+			p->end = base + g_mime_filter_openpgp_get_end_offset(fo);
+			n++;
+			g_mime_filter_reset(f);
+			base = pos;
+		}
+	}
+	g_byte_array_free(line, TRUE);
+	g_object_unref(f);
+	g_object_unref(buffered);
+	if (n == 0) {
+		g_object_unref(text);
+		return 0;
+	}
+	struct text_job *tj = calloc(1, sizeof(*tj));
+	if (!tj || r->n_tj == MAX_PIECES_HARD) {
+		free(tj);
+		g_object_unref(text);
+		r->n -= n;
+		return -ENOMEM;
+	}
+	tj->part = part;
+	tj->text = text;
+	tj->first = first;
+	tj->n = n;
+	r->tj[r->n_tj++] = tj;
+	for (unsigned i = 0; i < n; i++) {
+		struct piece *p = &r->p[first + i];
+		p->tj = tj;
+		p->src = g_mime_stream_substream(text, p->begin, p->end);
+	}
+	return 0;
+}
+
+static bool is_legacy_display(GMimeObject *o);
+
+static int walk(struct run *r, GMimeObject *o, unsigned depth)
+{
+	if (GMIME_IS_MULTIPART_SIGNED(o))
+		return 0; /* never touched: the MUA verifies it as it is */
+	if (GMIME_IS_MULTIPART_ENCRYPTED(o)) {
+		GMimeMultipart *mp = GMIME_MULTIPART(o);
+		const char *proto = g_mime_object_get_content_type_parameter(o, "protocol");
+		if (!ieq(proto, "application/pgp-encrypted") || g_mime_multipart_get_count(mp) < 2)
+			return 0;
+		GMimeObject *enc = g_mime_multipart_get_part(mp, 1);
+		if (!GMIME_IS_PART(enc))
+			return 0;
+		struct piece *p = add_piece(r, PK_PGPMIME, o, depth);
+		if (p)
+			p->src = decoded_stream(GMIME_PART(enc));
+		return 0;
+	}
+	if (GMIME_IS_MULTIPART(o)) {
+		GMimeMultipart *mp = GMIME_MULTIPART(o);
+		for (int i = 0; i < g_mime_multipart_get_count(mp); i++) {
+			int err = walk(r, g_mime_multipart_get_part(mp, i), depth);
+			if (err)
+				return err;
+		}
+		return 0;
+	}
+	if (GMIME_IS_MESSAGE_PART(o)) {
+		GMimeMessage *inner = g_mime_message_part_get_message(GMIME_MESSAGE_PART(o));
+		GMimeObject *body = inner ? g_mime_message_get_mime_part(inner) : NULL;
+		return body ? walk(r, body, depth) : 0;
+	}
+	if (!GMIME_IS_PART(o))
+		return 0;
+	GMimePart *part = GMIME_PART(o);
+	GMimeContentType *ct = g_mime_object_get_content_type(o);
+	const char *fn = g_mime_part_get_filename(part);
+	bool named = false;
+	for (unsigned i = 0; fn && i < 3; i++)
+		named |= has_suffix(fn, enc_suffixes[i]);
+	bool pgp_type = g_mime_content_type_is_type(ct, "application", "pgp-encrypted");
+	if (named || pgp_type) {
+		char head[4096];
+		size_t n = peek_part(part, head, sizeof(head));
+		if (looks_encrypted(head, n)) {
+			struct piece *p = add_piece(r, PK_ATTACH, o, depth);
+			if (p)
+				p->src = decoded_stream(part);
+			return 0;
+		}
+		if (named && !g_mime_content_type_is_type(ct, "text", "*"))
+			return 0;
+	}
+	if (g_mime_content_type_is_type(ct, "text", "plain") && !is_legacy_display(o))
+		return scan_inline(r, part, depth);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* The daemon */
+
+static ssize_t piece_read(void *arg, uint8_t *buf, size_t cap)
+{
+	struct piece *p = arg;
+	ssize_t n = g_mime_stream_read(p->src, (char *)buf, cap);
+	if (n < 0)
+		return g_mime_stream_eos(p->src) ? 0 : -EIO;
+	return n;
+}
+
+static int piece_data(void *arg, const uint8_t *d, size_t n)
+{
+	struct piece *p = arg;
+	while (n) {
+		ssize_t w = write(p->out_fd, d, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			p->write_err = -errno;
+			return p->write_err;
+		}
+		d += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static void piece_done(void *arg, const struct pdc_result *res)
+{
+	struct piece *p = arg;
+	p->res = *res;
+}
+
+static enum piece_state classify(const struct pdc_result *res)
+{
+	if (res->err)
+		return PS_UNAVAILABLE;
+	if (res->status == PDC_OK)
+		return res->integrity == PDC_INTEGRITY_MDC || res->integrity == PDC_INTEGRITY_AEAD
+			? PS_OK : PS_FAILED;
+	switch (res->status / 10) {
+	case 1: return PS_FAILED;
+	case 2: return PS_NO_KEY;
+	default: return PS_UNAVAILABLE; /* 3x, 4x (a misconfiguration), 5x: defer */
+	}
+}
+
+static int submit_all(struct run *r, unsigned from)
+{
+	for (unsigned i = from; i < r->n; i++) {
+		struct piece *p = &r->p[i];
+		struct pdc_decrypt d = {
+			.flags = PDC_VERIFIED_ONLY,
+			.in_fd = -1,
+			.in_read = piece_read,
+			.on_data = piece_data,
+			.on_done = piece_done,
+			.arg = p,
+		};
+		int err = pdc_submit_decrypt(r->m->conn, &d);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+/* Rewind every piece of the round for a second attempt. */
+static int rewind_round(struct run *r, unsigned from)
+{
+	for (unsigned i = from; i < r->n; i++) {
+		struct piece *p = &r->p[i];
+		if (g_mime_stream_reset(p->src) < 0 || ftruncate(p->out_fd, 0) < 0 ||
+		    lseek(p->out_fd, 0, SEEK_SET) < 0)
+			return -EIO;
+		memset(&p->res, 0, sizeof(p->res));
+		p->write_err = 0;
+	}
+	return 0;
+}
+
+static int decrypt_round(struct run *r, unsigned from)
+{
+	struct pd_mail *m = r->m;
+	for (unsigned i = from; i < r->n; i++) {
+		struct piece *p = &r->p[i];
+		if (!p->src)
+			return -EIO;
+		int fd = spool_fd(m);
+		if (fd < 0)
+			return fd;
+		p->out_fd = fd;
+	}
+	/* A connection kept from an earlier mail may have been closed by the
+	 * daemon (its idle timeout): then submitting fails at once, nothing was
+	 * sent, and one fresh connection is tried. */
+	for (int attempt = 0; attempt < 2; attempt++) {
+		bool reused = m->conn != NULL;
+		if (!m->conn) {
+			struct pdc_result cr = { 0 };
+			if (pdc_connect(&m->conn, &m->cfg, &cr) < 0) {
+				m->conn = NULL;
+				for (unsigned i = from; i < r->n; i++) {
+					r->p[i].res = cr;
+					if (!r->p[i].res.err)
+						r->p[i].res.err = -ECONNREFUSED;
+				}
+				return 0;
+			}
+		}
+		int err = submit_all(r, from);
+		if (err) {
+			/* Requests already queued get on_done from pdc_close. */
+			m->conn = pdc_close(m->conn);
+			if (reused && rewind_round(r, from) == 0)
+				continue;
+			for (unsigned i = from; i < r->n; i++)
+				if (!r->p[i].res.err && !r->p[i].res.status)
+					r->p[i].res.err = err;
+			return 0;
+		}
+		err = pdc_run(m->conn);
+		if (!err)
+			return 0;
+		m->conn = pdc_close(m->conn);
+		/* Nothing reaches the spool before verification, so a round that
+		 * the connection ended can be sent again as a whole. */
+		bool lost = false;
+		for (unsigned i = from; i < r->n; i++)
+			lost |= r->p[i].res.err != 0;
+		if (!(reused && lost) || rewind_round(r, from) < 0)
+			return 0;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Putting plaintext in place */
+
+static bool is_content_header(const char *name)
+{
+	return g_ascii_strncasecmp(name, "Content-", 8) == 0 || ieq(name, "MIME-Version");
+}
+
+static bool is_ours(const char *name)
+{
+	return g_ascii_strncasecmp(name, HDR_PREFIX, sizeof(HDR_PREFIX) - 1) == 0;
+}
+
+static void remove_ours(GMimeObject *o)
+{
+	GMimeHeaderList *hl = g_mime_object_get_header_list(o);
+	for (int i = g_mime_header_list_get_count(hl) - 1; i >= 0; i--)
+		if (is_ours(g_mime_header_get_name(g_mime_header_list_get_header_at(hl, i))))
+			g_mime_header_list_remove_at(hl, i);
+}
+
+static bool is_legacy_display(GMimeObject *o)
+{
+	GMimeContentType *ct = g_mime_object_get_content_type(o);
+	if (g_mime_content_type_is_type(ct, "text", "rfc822-headers") &&
+	    g_mime_content_type_get_parameter(ct, "protected-headers"))
+		return true;
+	return g_mime_content_type_is_type(ct, "text", "*") &&
+	       ieq(g_mime_content_type_get_parameter(ct, "hp-legacy-display"), "1");
+}
+
+/* Parent multipart of o below root (NULL if none). */
+static GMimeMultipart *parent_of(GMimeObject *root, GMimeObject *o)
+{
+	if (GMIME_IS_MULTIPART(root)) {
+		GMimeMultipart *mp = GMIME_MULTIPART(root);
+		for (int i = 0; i < g_mime_multipart_get_count(mp); i++) {
+			GMimeObject *c = g_mime_multipart_get_part(mp, i);
+			if (c == o)
+				return mp;
+			GMimeMultipart *found = parent_of(c, o);
+			if (found)
+				return found;
+		}
+	} else if (GMIME_IS_MESSAGE_PART(root)) {
+		GMimeMessage *inner = g_mime_message_part_get_message(GMIME_MESSAGE_PART(root));
+		GMimeObject *body = inner ? g_mime_message_get_mime_part(inner) : NULL;
+		if (body && body != o)
+			return parent_of(body, o);
+	}
+	return NULL;
+}
+
+static GMimeMessage *owner_of(GMimeMessage *msg, GMimeObject *o);
+
+static GMimeMessage *owner_below(GMimeObject *node, GMimeObject *o)
+{
+	if (GMIME_IS_MESSAGE_PART(node)) {
+		GMimeMessage *inner = g_mime_message_part_get_message(GMIME_MESSAGE_PART(node));
+		return inner ? owner_of(inner, o) : NULL;
+	}
+	if (GMIME_IS_MULTIPART(node)) {
+		GMimeMultipart *mp = GMIME_MULTIPART(node);
+		for (int i = 0; i < g_mime_multipart_get_count(mp); i++) {
+			GMimeMessage *found = owner_below(g_mime_multipart_get_part(mp, i), o);
+			if (found)
+				return found;
+		}
+	}
+	return NULL;
+}
+
+/* The message whose body o is (searching from msg), or NULL. */
+static GMimeMessage *owner_of(GMimeMessage *msg, GMimeObject *o)
+{
+	GMimeObject *body = g_mime_message_get_mime_part(msg);
+	if (!body)
+		return NULL;
+	return body == o ? msg : owner_below(body, o);
+}
+
+/* Replace old by new in the tree under msg (old is a body or a child). */
+static void put_in_place(GMimeMessage *msg, GMimeObject *old, GMimeObject *new)
+{
+	GMimeMessage *owner = owner_of(msg, old);
+	if (owner) {
+		g_mime_message_set_mime_part(owner, new);
+		return;
+	}
+	GMimeMultipart *mp = parent_of(g_mime_message_get_mime_part(msg), old);
+	if (mp) {
+		int i = g_mime_multipart_index_of(mp, old);
+		GMimeObject *prev = g_mime_multipart_replace(mp, i, new);
+		if (prev)
+			g_object_unref(prev);
+	}
+}
+
+/* Protected headers of a decrypted entity that becomes msg's body. */
+static void apply_protected_headers(struct run *r, GMimeMessage *owner, GMimeObject *entity)
+{
+	GMimeContentType *ct = g_mime_object_get_content_type(entity);
+	bool protected = g_mime_content_type_get_parameter(ct, "protected-headers") ||
+	                 g_mime_content_type_get_parameter(ct, "hp");
+	GMimeHeaderList *hl = g_mime_object_get_header_list(entity);
+	enum pd_mail_hp pol = r->m->pol.protected_headers;
+	if (protected && owner && pol != PD_MAIL_HP_NONE) {
+		GMimeObject *oo = GMIME_OBJECT(owner);
+		/* Outer fields named by the protected section go first (policy all),
+		 * so that several fields of one name all survive. */
+		if (pol == PD_MAIL_HP_ALL)
+			for (int i = 0; i < g_mime_header_list_get_count(hl); i++) {
+				const char *name = g_mime_header_get_name(g_mime_header_list_get_header_at(hl, i));
+				if (!is_content_header(name) && !is_ours(name) && !ieq(name, "HP-Outer"))
+					while (g_mime_object_remove_header(oo, name))
+						;
+			}
+		for (int i = 0; i < g_mime_header_list_get_count(hl); i++) {
+			GMimeHeader *h = g_mime_header_list_get_header_at(hl, i);
+			const char *name = g_mime_header_get_name(h);
+			if (is_content_header(name) || is_ours(name) || ieq(name, "HP-Outer"))
+				continue;
+			if (pol == PD_MAIL_HP_SUBJECT && !ieq(name, "Subject"))
+				continue;
+			const char *raw = g_mime_header_get_raw_value(h);
+			if (pol == PD_MAIL_HP_SUBJECT)
+				while (g_mime_object_remove_header(oo, name))
+					;
+			GMimeHeaderList *ol = g_mime_object_get_header_list(oo);
+			g_mime_header_list_append(ol, name, "", NULL);
+			GMimeHeader *nh = g_mime_header_list_get_header_at(ol, g_mime_header_list_get_count(ol) - 1);
+			g_mime_header_set_raw_value(nh, raw);
+		}
+	}
+	/* The entity's own section keeps only what describes its content. */
+	if (owner)
+		for (int i = g_mime_header_list_get_count(hl) - 1; i >= 0; i--)
+			if (!is_content_header(g_mime_header_get_name(g_mime_header_list_get_header_at(hl, i))))
+				g_mime_header_list_remove_at(hl, i);
+	/* Legacy display parts are for MUAs that do not read protected headers. */
+	if (protected && GMIME_IS_MULTIPART(entity) && !GMIME_IS_MULTIPART_SIGNED(entity)) {
+		GMimeMultipart *mp = GMIME_MULTIPART(entity);
+		for (int i = g_mime_multipart_get_count(mp) - 1; i >= 0; i--)
+			if (is_legacy_display(g_mime_multipart_get_part(mp, i))) {
+				GMimeObject *gone = g_mime_multipart_remove_at(mp, i);
+				if (gone)
+					g_object_unref(gone);
+			}
+	}
+}
+
+/* The decrypted entity of a PGP/MIME piece, parsed from its spool. */
+static GMimeObject *parse_entity(struct piece *p)
+{
+	if (lseek(p->out_fd, 0, SEEK_SET) < 0)
+		return NULL;
+	int fd = dup(p->out_fd);
+	if (fd < 0)
+		return NULL;
+	GMimeStream *s = fd_stream(fd);
+	GMimeParser *ps = g_mime_parser_new_with_stream(s);
+	g_mime_parser_set_persist_stream(ps, TRUE);
+	GMimeObject *o = g_mime_parser_construct_part(ps, NULL);
+	g_object_unref(ps);
+	g_object_unref(s);
+	return o;
+}
+
+static GMimeStream *spool_stream(struct piece *p)
+{
+	if (lseek(p->out_fd, 0, SEEK_SET) < 0)
+		return NULL;
+	int fd = dup(p->out_fd);
+	if (fd < 0)
+		return NULL;
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return NULL;
+	}
+	return g_mime_stream_fs_new_with_bounds(fd, 0, st.st_size);
+}
+
+static GMimeObject *attachment_part(struct piece *p)
+{
+	GMimePart *old = GMIME_PART(p->obj);
+	GMimeStream *s = spool_stream(p);
+	if (!s)
+		return NULL;
+	GMimePart *np = g_mime_part_new_with_type("application", "octet-stream");
+	GMimeDataWrapper *w = g_mime_data_wrapper_new_with_stream(s, GMIME_CONTENT_ENCODING_DEFAULT);
+	g_object_unref(s);
+	g_mime_part_set_content(np, w);
+	g_object_unref(w);
+	const char *disp = g_mime_object_get_disposition(p->obj);
+	g_mime_object_set_disposition(GMIME_OBJECT(np), disp ? disp : "attachment");
+	const char *fn = g_mime_part_get_filename(old);
+	if (fn) {
+		char *name = g_strdup(fn);
+		for (unsigned i = 0; i < 3; i++)
+			if (has_suffix(name, enc_suffixes[i])) {
+				name[strlen(name) - 4] = 0;
+				break;
+			}
+		g_mime_part_set_filename(np, name);
+		g_free(name);
+	}
+	g_mime_part_set_content_encoding(np, GMIME_CONTENT_ENCODING_BASE64);
+	return GMIME_OBJECT(np);
+}
+
+/* Rebuild an inline text part: text around the blocks kept, each decrypted
+ * block replaced by its plaintext, blocks that failed left as they were. */
+static int rebuild_text(struct run *r, struct text_job *tj)
+{
+	bool any = false;
+	for (unsigned i = 0; i < tj->n; i++)
+		any |= r->p[tj->first + i].st == PS_OK;
+	if (!any)
+		return 0;
+	int fd = spool_fd(r->m);
+	if (fd < 0)
+		return fd;
+	GMimeStream *out = fd_stream(fd);
+	gint64 at = 0;
+	int err = 0;
+	for (unsigned i = 0; i < tj->n && !err; i++) {
+		struct piece *p = &r->p[tj->first + i];
+		GMimeStream *gap = g_mime_stream_substream(tj->text, at, p->begin);
+		err = copy_stream(gap, out);
+		g_object_unref(gap);
+		if (err)
+			break;
+		GMimeStream *body = p->st == PS_OK ? spool_stream(p)
+		                                   : g_mime_stream_substream(tj->text, p->begin, p->end);
+		if (!body) {
+			err = -EIO;
+			break;
+		}
+		err = copy_stream(body, out);
+		g_object_unref(body);
+		at = p->end;
+	}
+	if (!err) {
+		GMimeStream *tail = g_mime_stream_substream(tj->text, at, -1);
+		err = copy_stream(tail, out);
+		g_object_unref(tail);
+	}
+	if (err) {
+		g_object_unref(out);
+		return err;
+	}
+	gint64 len = g_mime_stream_tell(out);
+	GMimeStream *content = g_mime_stream_substream(out, 0, len);
+	g_object_unref(out);
+	GMimeDataWrapper *w = g_mime_data_wrapper_new_with_stream(content, GMIME_CONTENT_ENCODING_DEFAULT);
+	g_object_unref(content);
+	g_mime_part_set_content(tj->part, w);
+	g_object_unref(w);
+	GMimeContentEncoding old = g_mime_part_get_content_encoding(tj->part);
+	if (old != GMIME_CONTENT_ENCODING_BASE64 && old != GMIME_CONTENT_ENCODING_QUOTEDPRINTABLE)
+		g_mime_part_set_content_encoding(tj->part,
+			g_mime_part_get_best_content_encoding(tj->part, GMIME_ENCODING_CONSTRAINT_7BIT));
+	else
+		g_mime_part_set_content_encoding(tj->part, old);
+	return 0;
+}
+
+static void note_key(struct pd_mail_report *rep, const struct pdc_info *info)
+{
+	if (!info->key_fpr_len)
+		return;
+	for (unsigned i = 0; i < rep->n_keys; i++)
+		if (rep->key_fpr_len[i] == info->key_fpr_len &&
+		    memcmp(rep->key_fpr[i], info->key_fpr, info->key_fpr_len) == 0)
+			return;
+	if (rep->n_keys == 8)
+		return;
+	rep->key_fpr_len[rep->n_keys] = info->key_fpr_len;
+	memcpy(rep->key_fpr[rep->n_keys], info->key_fpr, info->key_fpr_len);
+	rep->n_keys++;
+}
+
+/* After a round: count, and put what decrypted in place.  New roots (the
+ * decrypted PGP/MIME entities) are returned for the next round. */
+static int settle_round(struct run *r, unsigned from, GPtrArray *next)
+{
+	struct pd_mail_report *rep = r->rep;
+	for (unsigned i = from; i < r->n; i++) {
+		struct piece *p = &r->p[i];
+		if (p->write_err)
+			return p->write_err;
+		p->st = classify(&p->res);
+		rep->n_pieces++;
+		switch (p->st) {
+		case PS_OK:
+			rep->n_decrypted++;
+			note_key(rep, &p->res.info);
+			rep->mdc |= p->res.integrity == PDC_INTEGRITY_MDC;
+			rep->aead |= p->res.integrity == PDC_INTEGRITY_AEAD;
+			break;
+		case PS_NO_KEY:
+			rep->n_no_key++;
+			break;
+		case PS_FAILED:
+			rep->n_failed++;
+			if (!rep->status) {
+				rep->status = p->res.status ? p->res.status : 15;
+				snprintf(rep->status_name, sizeof(rep->status_name), "%s",
+				         pdc_status_name(rep->status));
+			}
+			break;
+		default:
+			break;
+		}
+	}
+	for (unsigned i = from; i < r->n; i++) {
+		struct piece *p = &r->p[i];
+		if (p->st != PS_OK || p->kind == PK_INLINE)
+			continue;
+		GMimeObject *repl;
+		if (p->kind == PK_PGPMIME) {
+			repl = parse_entity(p);
+			if (!repl)
+				return -EIO;
+			GMimeMessage *owner = owner_of(r->msg, p->obj);
+			apply_protected_headers(r, owner, repl);
+			g_ptr_array_add(next, g_object_ref(repl));
+		} else {
+			repl = attachment_part(p);
+			if (!repl)
+				return -EIO;
+		}
+		put_in_place(r->msg, p->obj, repl);
+		p->obj = NULL;
+		g_object_unref(repl);
+	}
+	for (unsigned i = 0; i < r->n_tj; i++) {
+		struct text_job *tj = r->tj[i];
+		if (tj->first < from || !tj->part)
+			continue;
+		int err = rebuild_text(r, tj);
+		if (err)
+			return err;
+		tj->part = NULL;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* One mail */
+
+static void free_run(struct run *r)
+{
+	for (unsigned i = 0; i < r->n; i++) {
+		struct piece *p = &r->p[i];
+		if (p->src)
+			g_object_unref(p->src);
+		if (p->out_fd >= 0)
+			close(p->out_fd);
+	}
+	free(r->p);
+	for (unsigned i = 0; i < r->n_tj; i++) {
+		g_object_unref(r->tj[i]->text);
+		free(r->tj[i]);
+	}
+	if (r->msg)
+		g_object_unref(r->msg);
+}
+
+static void add_result_headers(struct run *r, GMimeMessage *msg)
+{
+	struct pd_mail_report *rep = r->rep;
+	GMimeObject *o = GMIME_OBJECT(msg);
+	char buf[256];
+	/* Prepended in reverse, so that they read in this order at the top. */
+	if (rep->n_decrypted)
+		g_mime_object_prepend_header(o, HDR_PREFIX "Signatures", "not-verified", NULL);
+	if (rep->mdc || rep->aead)
+		g_mime_object_prepend_header(o, HDR_PREFIX "Integrity",
+			rep->mdc && rep->aead ? "mdc, aead" : rep->mdc ? "mdc" : "aead", NULL);
+	for (int k = (int)rep->n_keys - 1; k >= 0; k--) {
+		char hex[65];
+		for (unsigned j = 0; j < rep->key_fpr_len[k]; j++)
+			snprintf(hex + 2 * j, 3, "%02X", rep->key_fpr[k][j]);
+		hex[2 * rep->key_fpr_len[k]] = 0;
+		g_mime_object_prepend_header(o, HDR_PREFIX "Key", hex, NULL);
+	}
+	if (rep->outcome == PD_MAIL_NOT_ENCRYPTED)
+		snprintf(buf, sizeof(buf), "not-encrypted");
+	else
+		snprintf(buf, sizeof(buf), "%s; pieces=%u; decrypted=%u; no-key=%u; failed=%u%s%s",
+		         pd_mail_outcome_name(rep->outcome), rep->n_pieces, rep->n_decrypted,
+		         rep->n_no_key, rep->n_failed, rep->status_name[0] ? "; status=" : "",
+		         rep->status_name);
+	g_mime_object_prepend_header(o, HDR_PREFIX "Status", buf, NULL);
+}
+
+/* The input as a seekable spool of our own, line ends made LF (GMime's
+ * dos2unix filter), read from a file, a pipe or a socket alike. */
+static int spool_input(struct pd_mail *m, int in_fd, GMimeStream **ret, uint64_t *ret_len)
+{
+	int fd = spool_fd(m);
+	if (fd < 0)
+		return fd;
+	GMimeStream *out = fd_stream(fd);
+	GMimeStream *filt = g_mime_stream_filter_new(out);
+	GMimeFilter *d2u = g_mime_filter_dos2unix_new(FALSE);
+	g_mime_stream_filter_add(GMIME_STREAM_FILTER(filt), d2u);
+	g_object_unref(d2u);
+	char buf[65536];
+	uint64_t total = 0;
+	int err = 0;
+	for (;;) {
+		ssize_t n = read(in_fd, buf, sizeof(buf));
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			err = -errno;
+			break;
+		}
+		if (n == 0)
+			break;
+		total += (uint64_t)n;
+		if (g_mime_stream_write(filt, buf, (size_t)n) < 0) {
+			err = -EIO;
+			break;
+		}
+	}
+	if (!err && g_mime_stream_flush(filt) < 0)
+		err = -EIO;
+	g_object_unref(filt);
+	if (err) {
+		g_object_unref(out);
+		return err;
+	}
+	explicit_bzero(buf, sizeof(buf));
+	*ret = out;
+	*ret_len = total;
+	return 0;
+}
+
+int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_report *ret)
+{
+	struct pd_mail_report rep = { 0 };
+	struct run r = { .m = m, .rep = &rep };
+	GMimeStream *spool = NULL;
+	int err = spool_input(m, in_fd, &spool, &rep.bytes_in);
+	if (err)
+		return err;
+	g_mime_stream_reset(spool);
+	GMimeParser *ps = g_mime_parser_new_with_stream(spool);
+	g_mime_parser_set_persist_stream(ps, TRUE);
+	r.msg = g_mime_parser_construct_message(ps, NULL);
+	g_object_unref(ps);
+	if (!r.msg) {
+		/* Not a message GMime can parse: nothing we can decrypt in it. */
+		g_object_unref(spool);
+		return -EINVAL;
+	}
+	remove_ours(GMIME_OBJECT(r.msg));
+
+	GPtrArray *roots = g_ptr_array_new_with_free_func(g_object_unref);
+	GMimeObject *body = g_mime_message_get_mime_part(r.msg);
+	if (body)
+		g_ptr_array_add(roots, g_object_ref(body));
+	for (unsigned depth = 0; roots->len && depth <= m->pol.max_depth; depth++) {
+		unsigned from = r.n;
+		for (unsigned i = 0; i < roots->len && !err; i++)
+			err = walk(&r, g_ptr_array_index(roots, i), depth);
+		g_ptr_array_set_size(roots, 0);
+		if (err || r.n == from)
+			break;
+		err = decrypt_round(&r, from);
+		if (!err)
+			err = settle_round(&r, from, roots);
+		if (err)
+			break;
+	}
+	g_ptr_array_unref(roots);
+	if (err)
+		goto out;
+
+	/* The outcome and what to do. */
+	unsigned unavailable = 0;
+	for (unsigned i = 0; i < r.n; i++)
+		unavailable += r.p[i].st == PS_UNAVAILABLE;
+	if (r.over_limit) {
+		rep.n_failed++;
+		if (!rep.status) {
+			rep.status = 16;
+			snprintf(rep.status_name, sizeof(rep.status_name), "%s", pdc_status_name(16));
+		}
+	}
+	if (unavailable) {
+		rep.outcome = PD_MAIL_UNAVAILABLE;
+		for (unsigned i = 0; i < r.n; i++)
+			if (r.p[i].st == PS_UNAVAILABLE) {
+				const struct pdc_result *res = &r.p[i].res;
+				snprintf(rep.status_name, sizeof(rep.status_name), "%s",
+				         res->errname[0] ? res->errname : "UNAVAILABLE");
+				rep.status = res->status;
+				break;
+			}
+		rep.verdict = PD_MAIL_TEMPFAIL;
+		goto out;
+	}
+	if (rep.n_pieces == 0 && !r.over_limit)
+		rep.outcome = PD_MAIL_NOT_ENCRYPTED;
+	else if (rep.n_decrypted == rep.n_pieces && !r.over_limit)
+		rep.outcome = PD_MAIL_DECRYPTED;
+	else if (rep.n_decrypted)
+		rep.outcome = PD_MAIL_PARTLY;
+	else if (rep.n_failed)
+		rep.outcome = PD_MAIL_FAILED;
+	else
+		rep.outcome = PD_MAIL_NO_KEY;
+	/* status names the first failure; else NO_KEY if a piece had no key. */
+	if (!rep.n_failed && rep.n_no_key) {
+		rep.status = PDC_ST_NO_KEY;
+		snprintf(rep.status_name, sizeof(rep.status_name), "%s", pdc_status_name(PDC_ST_NO_KEY));
+	}
+	enum pd_mail_action act = PD_MAIL_PASS;
+	if (rep.n_failed)
+		act = m->pol.on_failure;
+	else if (rep.n_no_key && rep.outcome == PD_MAIL_NO_KEY)
+		act = m->pol.on_no_key;
+	if (act == PD_MAIL_REJECT) {
+		rep.verdict = PD_MAIL_BOUNCE;
+		goto out;
+	}
+	rep.verdict = act == PD_MAIL_QUARANTINE ? PD_MAIL_HOLD : PD_MAIL_WRITTEN;
+
+	GMimeMessage *outmsg = r.msg;
+	if (m->pol.keep_original && rep.n_decrypted) {
+		/* The original, parsed again from the spool, as an attachment. */
+		g_mime_stream_reset(spool);
+		GMimeParser *p2 = g_mime_parser_new_with_stream(spool);
+		g_mime_parser_set_persist_stream(p2, TRUE);
+		GMimeMessage *orig = g_mime_parser_construct_message(p2, NULL);
+		g_object_unref(p2);
+		if (orig) {
+			GMimeMultipart *mixed = g_mime_multipart_new_with_subtype("mixed");
+			GMimeObject *dec = g_mime_message_get_mime_part(r.msg);
+			g_object_ref(dec);
+			g_mime_multipart_add(mixed, dec);
+			g_object_unref(dec);
+			GMimeMessagePart *mp = g_mime_message_part_new_with_message("rfc822", orig);
+			g_mime_object_set_disposition(GMIME_OBJECT(mp), "attachment");
+			g_mime_multipart_add(mixed, GMIME_OBJECT(mp));
+			g_object_unref(mp);
+			g_object_unref(orig);
+			g_mime_message_set_mime_part(r.msg, GMIME_OBJECT(mixed));
+			g_object_unref(mixed);
+			g_mime_object_prepend_header(GMIME_OBJECT(r.msg), HDR_PREFIX "Original", "attached", NULL);
+		}
+	}
+	add_result_headers(&r, outmsg);
+
+	int ofd = dup(out_fd);
+	if (ofd < 0) {
+		err = -errno;
+		goto out;
+	}
+	GMimeStream *os = g_mime_stream_fs_new(ofd);
+	GMimeFormatOptions *fo = g_mime_format_options_clone(NULL);
+	g_mime_format_options_set_newline_format(fo, GMIME_NEWLINE_FORMAT_UNIX);
+	ssize_t w = g_mime_object_write_to_stream(GMIME_OBJECT(outmsg), fo, os);
+	if (w < 0 || g_mime_stream_flush(os) < 0)
+		err = -EIO;
+	else
+		rep.bytes_out = (uint64_t)w;
+	g_mime_format_options_free(fo);
+	g_object_unref(os);
+out:
+	free_run(&r);
+	if (spool)
+		g_object_unref(spool);
+	if (!err)
+		*ret = rep;
+	return err;
+}
