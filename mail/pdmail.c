@@ -1099,10 +1099,13 @@ int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_rep
 	else
 		rep.outcome = PD_MAIL_NO_KEY;
 	/* status names the first failure; else NO_KEY if a piece had no key. */
-	if (!rep.n_failed && rep.n_no_key) {
-		rep.status = PDC_ST_NO_KEY;
-		snprintf(rep.status_name, sizeof(rep.status_name), "%s", pdc_status_name(PDC_ST_NO_KEY));
-	}
+	if (!rep.n_failed && rep.n_no_key)
+		for (unsigned i = 0; i < r.n; i++)
+			if (r.p[i].st == PS_NO_KEY) {
+				rep.status = r.p[i].res.status; /* NO_KEY, or NO_PASSWORD */
+				snprintf(rep.status_name, sizeof(rep.status_name), "%s", pdc_status_name(rep.status));
+				break;
+			}
 	enum pd_mail_action act = PD_MAIL_PASS;
 	if (rep.n_failed)
 		act = m->pol.on_failure;
