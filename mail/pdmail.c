@@ -706,10 +706,20 @@ static void apply_protected_headers(struct run *r, GMimeMessage *owner, GMimeObj
 			if (pol == PD_MAIL_HP_SUBJECT && !ieq(name, "Subject"))
 				continue;
 			const char *raw = g_mime_header_get_raw_value(h);
-			if (pol == PD_MAIL_HP_SUBJECT)
-				while (g_mime_object_remove_header(oo, name))
-					;
 			GMimeHeaderList *ol = g_mime_object_get_header_list(oo);
+			if (pol == PD_MAIL_HP_SUBJECT) {
+				/* In place: the first outer Subject takes the value, others go. */
+				GMimeHeader *outer = g_mime_header_list_get_header(ol, name);
+				if (outer) {
+					g_mime_header_set_raw_value(outer, raw);
+					for (int k = g_mime_header_list_get_count(ol) - 1; k >= 0; k--) {
+						GMimeHeader *x = g_mime_header_list_get_header_at(ol, k);
+						if (x != outer && ieq(g_mime_header_get_name(x), name))
+							g_mime_header_list_remove_at(ol, k);
+					}
+					continue;
+				}
+			}
 			g_mime_header_list_append(ol, name, "", NULL);
 			GMimeHeader *nh = g_mime_header_list_get_header_at(ol, g_mime_header_list_get_count(ol) - 1);
 			g_mime_header_set_raw_value(nh, raw);
