@@ -1,8 +1,13 @@
 # SPDX-License-Identifier: MIT
-"""contrib/postfix/pgpdecd-filter against a real daemon and a fake sendmail:
-inline PGP and PGP/MIME mail decrypted and re-injected, plain mail passed
-through, mail for another key passed through, tampered mail bounced (65),
-daemon down deferred (75)."""
+"""contrib/postfix/pgpdecd-filter (a thin wrapper around pgpdecd-client
+--mime) against a real daemon and a recording sendmail: the exit codes and
+sendmail arguments of the wrapper, inline PGP and PGP/MIME mail decrypted
+and re-injected, plain mail and mail for another key passed through tagged,
+tampered mail bounced (65) with the status name only, daemon down deferred
+(75).  The MIME work itself is tested with real Postfix in
+test_postfix_real.py and against the layout corpus in test_mime.py."""
+import email
+import email.policy
 import os
 import shutil
 import subprocess
@@ -77,14 +82,20 @@ def run_filter(env, mail: str, name: str, sock=None):
 HDR = "From: alice@example.org\nTo: bob@example.org\nSubject: report\n"
 
 
+STATUS_OK = "X-Pgpdecd-Status: decrypted; pieces=1; decrypted=1; no-key=0; failed=0\n"
+
+
 def test_inline(env):
     mail = HDR + "Content-Type: text/plain; charset=utf-8\n\n" + env["encrypt"](BODY.encode())
     r, msg, args = run_filter(env, mail, "inline")
     assert r.returncode == 0, r.stderr
     assert args == ["-G", "-i", "-f", "alice@example.org", "--", "bob@example.org",
                     "carol@example.org"]
-    assert msg.startswith(HDR) and "Content-Type: text/plain; charset=utf-8\n\n" in msg
-    assert msg.endswith(BODY) and "BEGIN PGP" not in msg
+    assert msg.startswith(STATUS_OK), msg
+    assert HDR in msg and "Content-Type: text/plain; charset=utf-8\n" in msg
+    assert "BEGIN PGP" not in msg
+    body = email.message_from_string(msg, policy=email.policy.default).get_content()
+    assert body == BODY
 
 
 def test_pgp_mime(env):
@@ -96,17 +107,17 @@ def test_pgp_mime(env):
             + env["encrypt"](entity.encode()) + "\n--b1--\n")
     r, msg, _ = run_filter(env, mail, "mime")
     assert r.returncode == 0, r.stderr
-    assert msg == HDR + "MIME-Version: 1.0\n" + entity
+    assert msg.startswith(STATUS_OK) and msg.endswith(HDR + "MIME-Version: 1.0\n" + entity), msg
 
 
 def test_plain_passes(env):
     mail = HDR + "\nnothing secret\n"
     r, msg, _ = run_filter(env, mail, "plain")
-    assert r.returncode == 0 and msg == mail
+    assert r.returncode == 0 and msg == "X-Pgpdecd-Status: not-encrypted\n" + mail
 
 
 def test_other_key_passes(env):
-    # a password-only message: no key of the daemon opens it (69)
+    # a password-only message: no key of the daemon opens it
     home = env["dir"] / "gnupg"
     enc = subprocess.run(["gpg", "--homedir", str(home), "--batch", "--armor", "--symmetric",
                           "--pinentry-mode", "loopback", "--passphrase", "pw"],
@@ -114,7 +125,8 @@ def test_other_key_passes(env):
     mail = HDR + "\n" + enc
     r, msg, _ = run_filter(env, mail, "other")
     assert r.returncode == 0, r.stderr
-    assert msg == mail
+    assert msg.startswith("X-Pgpdecd-Status: no-key; pieces=1; decrypted=0; no-key=1; failed=0;")
+    assert "status=NO_PASSWORD" in msg and msg.endswith(mail)
 
 
 def test_tampered_bounces(env):
@@ -135,7 +147,7 @@ def test_tampered_bounces(env):
     assert c.returncode == 65 and line.startswith(prefix), line
     detail = line[len(prefix):]
     err = r.stderr.decode()
-    assert err == "pgpdecd-filter: not decrypted: INTEGRITY\n", err
+    assert err == "pgpdecd-client: not decrypted: INTEGRITY\n", err
     assert detail not in err and "/tmp" not in err and "pgpdecd-filter." not in err
 
 
@@ -144,4 +156,4 @@ def test_daemon_down_defers(env):
     r, msg, _ = run_filter(env, mail, "down", sock=env["dir"] / "nonexistent.sock")
     assert r.returncode == 75, r.stderr
     assert msg is None
-    assert r.stderr.decode() == "pgpdecd-filter: not decrypted: TEMPFAIL\n"
+    assert r.stderr.decode() == "pgpdecd-client: not decrypted: UNAVAILABLE\n"
