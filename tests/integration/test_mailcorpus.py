@@ -263,3 +263,34 @@ def test_large_mail(corpus, tmp_path):
     bad.expected.body.children[1].data = r.stdout[:-1] + b"x"
     out.write_bytes(mc.render_ideal(bad))
     _rejects(c, out, r"sha256")
+
+
+def test_checker_accepts_hand_written(corpus):
+    """Outputs written out by hand (not by render_ideal), as a decryptor
+    could write them: the Mutt mail with the entity's headers moved up, and
+    the latin-1 inline mail re-encoded as quoted-printable."""
+    r = "".join(f"{k}: {v}\n" for k, v in [
+        ("X-Pgpdecd-Status", "decrypted; pieces=1; decrypted=1; no-key=0; failed=0"),
+        ("X-Pgpdecd-Key", mc.KEY_FPR), ("X-Pgpdecd-Integrity", "mdc"),
+        ("X-Pgpdecd-Signatures", "not-verified")])
+    mutt = (r + "From: Alice Sender <alice@example.org>\nTo: Bob Gateway <bob@example.net>\n"
+            "Date: Tue, 03 Dec 2024 10:15:00 +0100\nSubject: Mutt protected subject\n"
+            "Message-ID: <corpus.1@example.org>\nUser-Agent: Mutt/2.2.12\nMIME-Version: 1.0\n"
+            'Content-Type: text/plain; charset=us-ascii; protected-headers="v1"\n'
+            "Content-Disposition: inline\n\n" + mc.BODY_EN).encode()
+    c = corpus.case("mutt")
+    mc.check_delivered(c, mutt)
+    _rejects(c, mutt.replace(b"Subject: Mutt protected subject", b"Subject: ..."), r"subject")
+    _rejects(c, mutt.replace(b"the audit", b"an audit"), r"text differs")
+    _rejects(c, mutt.replace(b"User-Agent: Mutt/2.2.12\n", b""), r"header fields")
+    latin = (r.replace("pieces=1; decrypted=1", "pieces=1; decrypted=1") +
+             "From: Alice Sender <alice@example.org>\nTo: Bob Gateway <bob@example.net>\n"
+             "Date: Tue, 03 Dec 2024 10:15:00 +0100\nSubject: Inline iso-8859-1\n"
+             "Message-ID: <corpus.1@example.org>\nMIME-Version: 1.0\n"
+             "Content-Type: text/plain; charset=iso-8859-1\n"
+             "Content-Transfer-Encoding: quoted-printable\n\n"
+             "Hallo B=F6b,\n\nGr=FC=DFe aus K=F6ln, caf=E9 =BD =A3 5\nzweite Zeile\n\n"
+             "Regards,\nAlice\n").encode()
+    c = corpus.case("inline-8bit-iso-8859-1")
+    mc.check_delivered(c, latin)
+    _rejects(c, latin.replace(b"=F6b", b"=C3=B6b"), r"text differs")
