@@ -85,6 +85,7 @@ void pd_mail_policy_default(struct pd_mail_policy *p)
 		.keep_original = false,
 		.max_depth = 4,
 		.max_parts = 64,
+		.max_mime_parts = 10000,
 	};
 }
 
@@ -166,6 +167,8 @@ int pd_mail_new(struct pd_mail **ret, const struct pdc_config *cfg, const struct
 		m->pol = *policy;
 	else
 		pd_mail_policy_default(&m->pol);
+	if (m->pol.max_mime_parts == 0)
+		m->pol.max_mime_parts = 10000;
 	if (m->pol.max_parts == 0 || m->pol.max_parts > MAX_PIECES_HARD)
 		m->pol.max_parts = m->pol.max_parts ? MAX_PIECES_HARD : 64;
 	*ret = m;
@@ -990,19 +993,31 @@ static void add_result_headers(struct run *r, GMimeMessage *msg)
 }
 
 /* The input as a seekable spool of our own, line ends made LF (GMime's
- * dos2unix filter), read from a file, a pipe or a socket alike. */
-static int spool_input(struct pd_mail *m, int in_fd, GMimeStream **ret, uint64_t *ret_len)
+ * dos2unix filter), read from a file, a pipe or a socket alike.  Lines that
+ * begin with "--" are counted on the way: every MIME part and every level
+ * of nesting needs one, so their number bounds what GMime will build in
+ * memory before it is built. */
+static int spool_input(struct pd_mail *m, int in_fd, GMimeStream **ret, uint64_t *ret_len,
+                       uint64_t *ret_dashes)
 {
 	int fd = spool_fd(m);
 	if (fd < 0)
 		return fd;
-	GMimeStream *out = fd_stream(fd);
-	GMimeStream *filt = g_mime_stream_filter_new(out);
+	int wfd = dup(fd);
+	if (wfd < 0) {
+		close(fd);
+		return -errno;
+	}
+	/* Written through a pipe stream: its flush does not fsync a spool. */
+	GMimeStream *w = g_mime_stream_pipe_new(wfd);
+	GMimeStream *filt = g_mime_stream_filter_new(w);
+	g_object_unref(w);
 	GMimeFilter *d2u = g_mime_filter_dos2unix_new(FALSE);
 	g_mime_stream_filter_add(GMIME_STREAM_FILTER(filt), d2u);
 	g_object_unref(d2u);
 	char buf[65536];
-	uint64_t total = 0;
+	uint64_t total = 0, dashes = 0;
+	int state = 1; /* 1: at a line start, 2: after one '-' at a line start, 0: inside a line */
 	int err = 0;
 	for (;;) {
 		ssize_t n = read(in_fd, buf, sizeof(buf));
@@ -1015,6 +1030,17 @@ static int spool_input(struct pd_mail *m, int in_fd, GMimeStream **ret, uint64_t
 		if (n == 0)
 			break;
 		total += (uint64_t)n;
+		for (ssize_t i = 0; i < n; i++) {
+			char c = buf[i];
+			if (c == '\n')
+				state = 1;
+			else if (state == 1 && c == '-')
+				state = 2;
+			else if (state == 2 && c == '-')
+				dashes++, state = 0;
+			else
+				state = 0;
+		}
 		if (g_mime_stream_write(filt, buf, (size_t)n) < 0) {
 			err = -EIO;
 			break;
@@ -1023,14 +1049,80 @@ static int spool_input(struct pd_mail *m, int in_fd, GMimeStream **ret, uint64_t
 	if (!err && g_mime_stream_flush(filt) < 0)
 		err = -EIO;
 	g_object_unref(filt);
+	explicit_bzero(buf, sizeof(buf));
 	if (err) {
-		g_object_unref(out);
+		close(fd);
 		return err;
 	}
-	explicit_bzero(buf, sizeof(buf));
-	*ret = out;
+	if (lseek(fd, 0, SEEK_SET) < 0) { /* the stream's bounds start where the fd is */
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	*ret = fd_stream(fd);
 	*ret_len = total;
+	*ret_dashes = dashes;
 	return 0;
+}
+
+/* Write msg to out_fd (a file, a pipe or a socket). */
+static int write_message(GMimeMessage *msg, int out_fd, uint64_t *ret_len)
+{
+	int ofd = dup(out_fd);
+	if (ofd < 0)
+		return -errno;
+	GMimeStream *os = g_mime_stream_pipe_new(ofd);
+	GMimeFormatOptions *fo = g_mime_format_options_clone(NULL);
+	g_mime_format_options_set_newline_format(fo, GMIME_NEWLINE_FORMAT_UNIX);
+	ssize_t n = g_mime_object_write_to_stream(GMIME_OBJECT(msg), fo, os);
+	g_mime_format_options_free(fo);
+	g_object_unref(os);
+	if (n < 0)
+		return -EIO;
+	*ret_len = (uint64_t)n;
+	return 0;
+}
+
+/* A mail too complex to parse, passed on by policy: its header section
+ * copied without fields of our names (and their continuation lines), our
+ * status on top, the body as it is.  GMime is not asked to build it. */
+static int write_unparsed(GMimeStream *spool, int out_fd, const struct pd_mail_report *rep,
+                          uint64_t *ret_len)
+{
+	int ofd = dup(out_fd);
+	if (ofd < 0)
+		return -errno;
+	GMimeStream *os = g_mime_stream_pipe_new(ofd);
+	char line[128];
+	snprintf(line, sizeof(line), HDR_PREFIX "Status: %s; pieces=0; decrypted=0; no-key=0; failed=1; status=%s\n",
+	         pd_mail_outcome_name(rep->outcome), rep->status_name);
+	int err = g_mime_stream_write_string(os, line) < 0 ? -EIO : 0;
+	g_mime_stream_reset(spool);
+	GMimeStream *in = g_mime_stream_buffer_new(spool, GMIME_STREAM_BUFFER_BLOCK_READ);
+	GByteArray *l = g_byte_array_new();
+	bool dropping = false, in_header = true;
+	while (!err && in_header) {
+		g_byte_array_set_size(l, 0);
+		g_mime_stream_buffer_readln(in, l);
+		if (l->len == 0)
+			break;
+		if (l->data[0] == '\n') {
+			in_header = false;
+		} else if (l->data[0] != ' ' && l->data[0] != '\t') {
+			dropping = l->len >= sizeof(HDR_PREFIX) - 1 &&
+			           g_ascii_strncasecmp((char *)l->data, HDR_PREFIX, sizeof(HDR_PREFIX) - 1) == 0;
+		}
+		if (!dropping || !in_header)
+			err = g_mime_stream_write(os, (char *)l->data, l->len) < 0 ? -EIO : 0;
+	}
+	g_byte_array_free(l, TRUE);
+	if (!err)
+		err = copy_stream(in, os);
+	gint64 n = g_mime_stream_tell(spool);
+	g_object_unref(in);
+	g_object_unref(os);
+	*ret_len = n > 0 ? (uint64_t)n : 0;
+	return err;
 }
 
 int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_report *ret)
@@ -1038,9 +1130,24 @@ int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_rep
 	struct pd_mail_report rep = { 0 };
 	struct run r = { .m = m, .rep = &rep };
 	GMimeStream *spool = NULL;
-	int err = spool_input(m, in_fd, &spool, &rep.bytes_in);
+	uint64_t dashes = 0;
+	int err = spool_input(m, in_fd, &spool, &rep.bytes_in, &dashes);
 	if (err)
 		return err;
+	if (dashes > m->pol.max_mime_parts) {
+		rep.outcome = PD_MAIL_FAILED;
+		rep.n_failed = 1;
+		rep.status = 16;
+		snprintf(rep.status_name, sizeof(rep.status_name), "%s", pdc_status_name(16));
+		rep.verdict = m->pol.on_failure == PD_MAIL_REJECT ? PD_MAIL_BOUNCE
+		            : m->pol.on_failure == PD_MAIL_QUARANTINE ? PD_MAIL_HOLD : PD_MAIL_WRITTEN;
+		if (rep.verdict != PD_MAIL_BOUNCE)
+			err = write_unparsed(spool, out_fd, &rep, &rep.bytes_out);
+		g_object_unref(spool);
+		if (!err)
+			*ret = rep;
+		return err;
+	}
 	g_mime_stream_reset(spool);
 	GMimeParser *ps = g_mime_parser_new_with_stream(spool);
 	g_mime_parser_set_persist_stream(ps, TRUE);
@@ -1153,21 +1260,7 @@ int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_rep
 	}
 	add_result_headers(&r, outmsg);
 
-	int ofd = dup(out_fd);
-	if (ofd < 0) {
-		err = -errno;
-		goto out;
-	}
-	GMimeStream *os = g_mime_stream_fs_new(ofd);
-	GMimeFormatOptions *fo = g_mime_format_options_clone(NULL);
-	g_mime_format_options_set_newline_format(fo, GMIME_NEWLINE_FORMAT_UNIX);
-	ssize_t w = g_mime_object_write_to_stream(GMIME_OBJECT(outmsg), fo, os);
-	if (w < 0 || g_mime_stream_flush(os) < 0)
-		err = -EIO;
-	else
-		rep.bytes_out = (uint64_t)w;
-	g_mime_format_options_free(fo);
-	g_object_unref(os);
+	err = write_message(outmsg, out_fd, &rep.bytes_out);
 out:
 	free_run(&r);
 	if (spool)

@@ -52,6 +52,8 @@ struct pd_mail_policy { /* public, by value; pd_mail_policy_default() fills it *
 	bool keep_original;              /* attach the original mail as message/rfc822 when decrypted */
 	unsigned max_depth;              /* nesting of encrypted inside decrypted (default 4) */
 	unsigned max_parts;              /* encrypted pieces per mail (default 64); more: LIMIT */
+	unsigned max_mime_parts;         /* lines starting with "--" (MIME parts, nesting) per mail
+	                                    (default 10000); more: the mail is not parsed, LIMIT */
 	const char *tmpdir;              /* spool directory (NULL: $TMPDIR or /tmp) */
 };
 
