@@ -25,9 +25,11 @@ T0=$(date +%s)
 # README.md and debian/control.
 PKGS_BUILD="meson ninja-build pkg-config gcc libc6-dev libgcrypt20-dev libgpg-error-dev
  libssl-dev zlib1g-dev libbz2-dev libcmocka-dev libuv1-dev libgnutls28-dev libsystemd-dev
- libinih-dev"
+ libinih-dev libgmime-3.0-dev libmilter-dev"
+# postfix and swaks: tests/integration/test_postfix_real.py runs a private
+# Postfix instance on loopback (tests/integration/postfix_harness.py)
 PKGS_TEST="python3 python3-pytest python3-cryptography gnupg sq rnp sqop gosop gnutls-bin
- systemd scdoc man-db groff-base lintian debhelper devscripts"
+ systemd scdoc man-db groff-base lintian debhelper devscripts postfix swaks"
 # contrib/fuzz.sh: clang, and libFuzzer's runtime (libclang_rt.fuzzer, in
 # libclang-rt-14-dev on Debian 12)
 PKGS_FUZZ="clang libclang-rt-14-dev"
@@ -62,6 +64,12 @@ install_missing() {
 		fi
 	fi
 	export DEBIAN_FRONTEND=noninteractive
+	# postfix asks for a mailer type: "No configuration" installs it without
+	# a main.cf and without starting the system instance (the tests run
+	# their own instances on free loopback ports)
+	case " $missing " in *" postfix "*)
+		echo "postfix postfix/main_mailer_type select No configuration" | $SUDO debconf-set-selections
+	esac
 	$SUDO apt-get update -q
 	# shellcheck disable=SC2086
 	$SUDO apt-get install -y -q --no-install-recommends $missing
