@@ -1,7 +1,19 @@
 # SPDX-License-Identifier: MIT
-"""Debian's real Postfix on loopback (tests/integration/postfix_harness.py),
-issue 11: plain mail through smtpd is delivered byte-exact (proves the
-harness)."""
+"""Debian's real Postfix on loopback (tests/integration/postfix_harness.py)
+with the recipes of contrib/postfix/README.md, issue 11:
+
+- plain mail through smtpd is delivered byte-exact (proves the harness);
+- the archive pipe(8) transport with `user=pgpmail` and pgpmail a member of
+  the socket's group (what the README said) bounces: pipe(8) runs the
+  command with one group only, the user's primary group, and the client
+  gets EACCES on the socket's directory; with `user=pgpmail:pgpdecd` the
+  inline armored mail is decrypted into the archive file;
+- daemon down: the archive transport defers (4.x.x), the mail waits in the
+  deferred queue, and is delivered after the daemon starts and a flush.
+
+Here pgpmail is TEST_USER (pgpmail-test) and pgpdecd is TEST_GROUP
+(pgpdecd-test), system accounts created when missing.
+"""
 import os
 import shutil
 import subprocess
@@ -151,3 +163,94 @@ def test_plain_mail_byte_exact(tmp_path):
         r = pf.send(mail, "alice@test.example", ["someone@example.org"])
         assert r.code == 550 and "5.1.1" in r.text, r
         assert pf.queue() == []
+
+
+def test_archive_pipe_needs_group_in_user(tmp_path, encrypt, accounts):
+    pf = Postfix(artifacts=tmp_path / "postfix")
+    daemon = Daemon(pf.root, tmp_path / "daemon.log")
+    try:
+        archive = make_archive(pf)
+        # as the README said: user=pgpmail, and pgpmail in group pgpdecd
+        archive_pipe(pf, "pgparchu", TEST_USER, archive)
+        # as it must be: user=pgpmail:pgpdecd
+        archive_pipe(pf, "pgparchg", f"{TEST_USER}:{TEST_GROUP}", archive)
+        pf.add_transport("archive-u@test.example", "pgparchu:")
+        pf.add_transport("archive-g@test.example", "pgparchg:")
+        daemon.start()
+        pf.start()
+
+        # The README's check passes: run with all of its groups (as sudo -u
+        # does), pgpmail reaches the daemon ...
+        ping = subprocess.run([str(CLIENT), "--socket", str(daemon.sock), "ping"],
+                              user=accounts.pw_uid, group=accounts.pw_gid,
+                              extra_groups=os.getgrouplist(TEST_USER, accounts.pw_gid),
+                              capture_output=True, timeout=60)
+        assert ping.returncode == 0, ping.stderr
+
+        # ... but pipe(8) drops the supplementary groups: the mail bounces
+        mail = mail_to("archive-u@test.example", encrypt(BODY))
+        r = pf.send(mail, "alice@test.example", ["archive-u@test.example"])
+        assert r.code == 250, r
+        m = pf.wait_log(rf"{r.queue_id}: to=<archive-u@test.example>, relay=pgparchu, "
+                        r".*dsn=(5\.\d\.\d), status=bounced \((.*)\)$")
+        # 77 EX_NOPERM: pipe(8) bounces with 5.7.0
+        assert m.group(1) == "5.7.0", m.group(0)
+        assert "Permission denied" in m.group(2), m.group(0)
+        dsn = pf.wait_delivered(1, recipient="alice@test.example")["alice@test.example"][0]
+        assert b"archive-u@test.example" in dsn and b"5.7.0" in dsn, dsn
+        assert list(archive.iterdir()) == []
+
+        mail = mail_to("archive-g@test.example", encrypt(BODY))
+        r = pf.send(mail, "alice@test.example", ["archive-g@test.example"])
+        assert r.code == 250, r
+        out = wait_file(archive / f"{r.queue_id}.txt")
+        assert out == BODY
+        pf.wait_log(rf"{r.queue_id}: to=<archive-g@test.example>, relay=pgparchg, "
+                    r".*dsn=2\.0\.0, status=sent")
+        assert sorted(p.name for p in archive.iterdir()) == [f"{r.queue_id}.txt"]
+        st = (archive / f"{r.queue_id}.txt").stat()
+        assert (st.st_uid, st.st_gid) == (accounts.pw_uid, ensure_group(TEST_GROUP))
+        assert st.st_mode & 0o777 == 0o600
+        # no second DSN: only the first mail bounced
+        assert len(pf.delivered().get("alice@test.example", [])) == 1
+        assert pf.queue() == []
+    finally:
+        pf.stop()
+        daemon.stop()
+
+
+def test_archive_daemon_down_defers_then_delivers(tmp_path, encrypt, accounts):
+    # long backoff: the mail stays deferred until flush() (no automatic retry)
+    pf = Postfix(artifacts=tmp_path / "postfix",
+                 main={"queue_run_delay": "300s", "minimal_backoff_time": "300s",
+                       "maximal_backoff_time": "600s"})
+    daemon = Daemon(pf.root, tmp_path / "daemon.log")  # not started yet
+    try:
+        archive = make_archive(pf)
+        archive_pipe(pf, "pgparchg", f"{TEST_USER}:{TEST_GROUP}", archive)
+        pf.add_transport("archive@test.example", "pgparchg:")
+        pf.start()
+
+        mail = mail_to("archive@test.example", encrypt(BODY))
+        r = pf.send(mail, "alice@test.example", ["archive@test.example"])
+        assert r.code == 250, r
+        m = pf.wait_log(rf"{r.queue_id}: to=<archive@test.example>, relay=pgparchg, "
+                        r".*dsn=(4\.\d\.\d), status=deferred")
+        assert m.group(1) == "4.3.0", m.group(0)
+        q = pf.wait_queue(lambda q: [e["queue_id"] for e in q if e["queue_name"] == "deferred"]
+                          == [r.queue_id])
+        assert len(q) == 1 and q[0]["recipients"][0]["address"] == "archive@test.example"
+        assert q[0]["recipients"][0]["delay_reason"], q
+        assert list(archive.iterdir()) == [] and pf.messages() == []
+
+        daemon.start()
+        mark = pf.log_mark()
+        pf.flush()
+        assert wait_file(archive / f"{r.queue_id}.txt") == BODY
+        pf.wait_log(rf"{r.queue_id}: to=<archive@test.example>, relay=pgparchg, "
+                    r".*dsn=2\.0\.0, status=sent", since=mark)
+        pf.wait_queue(lambda q: q == [])
+        assert pf.messages() == []  # no DSN to the sender: nothing bounced
+    finally:
+        pf.stop()
+        daemon.stop()
