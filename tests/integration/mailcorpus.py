@@ -150,7 +150,7 @@ class Expected:
     decrypted: int = 0
     no_key: int = 0
     failed: int = 0
-    status: Optional[str] = None   # INTEGRITY, MALFORMED ... for failed pieces
+    status: Optional[str] = None   # INTEGRITY, MALFORMED ... of the first failed piece, else NO_KEY/NO_PASSWORD
     keys: tuple = ()
     integrity: Optional[str] = None  # "mdc", "aead", "mdc, aead"
     body: Optional[Node] = None    # the delivered body tree
@@ -607,8 +607,13 @@ class Corpus:
         dec = sum(p.plaintext is not None for p in pieces)
         nokey = sum(p.error in ("no-key", "password") for p in pieces)
         failed = len(pieces) - dec - nokey
+        # status names the first failed piece; when none failed, the first
+        # piece no key opened (NO_KEY, or NO_PASSWORD for a password-only one)
         status = next((p.error.upper() for p in pieces
                        if p.plaintext is None and p.error not in ("no-key", "password")), None)
+        if status is None:
+            status = next(({"no-key": "NO_KEY", "password": "NO_PASSWORD"}[p.error]
+                           for p in pieces if p.plaintext is None), None)
         if not pieces:
             outcome = "not-encrypted"
         elif dec == len(pieces):
@@ -1244,7 +1249,10 @@ def _cmp(node, part, path, raw):
             _fail(path, f"text differs:\n got      {_nl(text)[:600]!r}\n expected {_nl(node.text)[:600]!r}")
     elif node.data is not None:
         d, w = data, node.data
-        if part.get_content_maintype() == "text":
+        # text, and armored signatures (their line ends are canonicalised
+        # to CRLF by the verifier), may change line ends in transport
+        if part.get_content_maintype() == "text" or \
+                part.get_content_type() == "application/pgp-signature":
             d, w = _nl(d), _nl(w)
         if d != w:
             _fail(path, f"payload differs: {len(data)} octets sha256 {hashlib.sha256(data).hexdigest()[:16]}, "

@@ -233,7 +233,8 @@ def test_checker_failure_policies(corpus):
 def test_checker_rejects_wrong_status(corpus):
     c = corpus.case("partly")
     ideal = mc.render_ideal(c)
-    assert b"X-Pgpdecd-Status: partly-decrypted; pieces=2; decrypted=1; no-key=1; failed=0\n" in ideal
+    assert b"X-Pgpdecd-Status: partly-decrypted; pieces=2; decrypted=1; no-key=1; failed=0;" \
+        b" status=NO_KEY\n" in ideal
     _rejects(c, ideal.replace(b"partly-decrypted;", b"decrypted;"), r"x-pgpdecd-status")
     _rejects(c, ideal.replace(b"X-Pgpdecd-Signatures: not-verified\n", b""), r"x-pgpdecd-signatures")
     _rejects(c, ideal.replace(mc.KEY_FPR.encode(), mc.PRIMARY_FPR.encode()), r"x-pgpdecd-key")

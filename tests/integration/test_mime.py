@@ -1,0 +1,243 @@
+# SPDX-License-Identifier: MIT
+"""pgpdecd-client --mime (mail/pdmail.c) against the real daemon: the
+command-line contract (stdout to a pipe, -o, exit codes, nothing written
+on failure), forged result headers, the part-count limit, and a 100 MB mail
+with a 60 MB encrypted attachment decrypted in bounded memory.  The mail
+layouts of real clients are in test_mime_layouts.py."""
+import base64
+import email
+import email.policy
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+from email.message import EmailMessage
+from pathlib import Path
+
+import pytest
+
+from conftest import kill_gpg_agent
+
+SRC = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("PD_BUILD_DIR", SRC / "build")).resolve()
+CLIENT = BUILD / "client" / "pgpdecd-client"
+KEYS = SRC / "tests" / "data" / "keys"
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("gpg") and (BUILD / "daemon" / "pgpdecd").exists()),
+    reason="needs gpg and the built daemon")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mime")
+    home = d / "gnupg"
+    home.mkdir(mode=0o700)
+    gpg = ["gpg", "--homedir", str(home), "--batch", "--yes", "--quiet", "--trust-model", "always"]
+    subprocess.run(gpg + ["--import", str(KEYS / "rsa2048-public.gpg")], check=True,
+                   capture_output=True)
+    out = subprocess.run(gpg + ["--with-colons", "--list-keys"], check=True, capture_output=True,
+                         text=True).stdout
+    fpr = [l.split(":")[9] for l in out.splitlines() if l.startswith("fpr:")][0]
+
+    def encrypt(data: bytes, armor=True, extra=()) -> bytes:
+        return subprocess.run(gpg + (["--armor"] if armor else []) + list(extra)
+                              + ["--encrypt", "-r", fpr], input=data, check=True,
+                              capture_output=True).stdout
+
+    sock = d / "pd.sock"
+    log = open(d / "daemon.log", "wb")
+    p = subprocess.Popen([str(BUILD / "daemon" / "pgpdecd"), "--listen", f"unix:{sock}",
+                          "--key", str(KEYS / "rsa2048.gpg"), "--workers", "2"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(200):
+        if sock.exists():
+            break
+        time.sleep(0.05)
+    yield {"dir": d, "encrypt": encrypt, "sock": sock, "gpg": gpg, "fpr": fpr}
+    p.terminate()
+    p.wait(timeout=30)
+    log.close()
+    kill_gpg_agent(home)
+
+
+def mime(env, mail: bytes, *args, sock=None, stdout=subprocess.PIPE, timeout=120):
+    return subprocess.run([str(CLIENT), "--socket", str(sock or env["sock"]), "--mime", *args],
+                          input=mail, stdout=stdout, stderr=subprocess.PIPE, timeout=timeout)
+
+
+def parse(b: bytes):
+    return email.message_from_bytes(b, policy=email.policy.default)
+
+
+def inline_mail(env, text: bytes, subject="inline", extra_headers=()):
+    m = EmailMessage()
+    m["From"], m["To"], m["Subject"] = "a@example.org", "b@example.org", subject
+    for k, v in extra_headers:
+        m[k] = v
+    m.set_content("before\n" + env["encrypt"](text).decode() + "after\n")
+    return bytes(m)
+
+
+def test_stdout_is_a_pipe(env):
+    # The output goes through a pipe to a consumer (| sendmail): no fsync
+    # of a pipe, nothing lost.
+    mail = inline_mail(env, b"secret line\n")
+    p1 = subprocess.Popen([str(CLIENT), "--socket", str(env["sock"]), "--mime"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p2 = subprocess.Popen(["cat"], stdin=p1.stdout, stdout=subprocess.PIPE)
+    p1.stdout.close()
+    p1.stdin.write(mail)
+    p1.stdin.close()
+    out = p2.communicate(timeout=60)[0]
+    assert p1.wait(timeout=60) == 0, p1.stderr.read()
+    m = parse(out)
+    assert m["X-Pgpdecd-Status"] == "decrypted; pieces=1; decrypted=1; no-key=0; failed=0"
+    assert m.get_content() == "before\nsecret line\nafter\n"
+
+
+def test_output_file_only_on_success(env, tmp_path):
+    out = tmp_path / "out.eml"
+    r = mime(env, inline_mail(env, b"x\n"), "-o", str(out))
+    assert r.returncode == 0 and r.stdout == b"" and out.exists()
+    assert "x\n" in parse(out.read_bytes()).get_content()
+    # a tampered piece with the default policy (reject): 65, file untouched
+    arm = env["encrypt"](b"y" * 100).decode().splitlines()
+    i = len(arm) // 2
+    arm[i] = ("B" if arm[i][0] != "B" else "C") + arm[i][1:]
+    bad = b"From: a@x\nSubject: t\n\n" + "\n".join(arm).encode() + b"\n"
+    r = mime(env, bad, "-o", str(out))
+    assert r.returncode == 65 and r.stdout == b""
+    assert r.stderr == b"pgpdecd-client: not decrypted: INTEGRITY\n"
+    assert "x\n" in parse(out.read_bytes()).get_content()
+    assert [f.name for f in tmp_path.iterdir()] == ["out.eml"]   # no temporary left
+    # the same with --on-failure pass: written, the piece as it was, tagged
+    r = mime(env, bad, "--on-failure", "pass")
+    assert r.returncode == 0
+    m = parse(r.stdout)
+    assert m["X-Pgpdecd-Status"] == \
+        "failed; pieces=1; decrypted=0; no-key=0; failed=1; status=INTEGRITY"
+    assert "\n".join(arm) in m.get_content()
+
+
+def test_daemon_down_writes_nothing(env, tmp_path):
+    r = mime(env, inline_mail(env, b"x\n"), sock=tmp_path / "none.sock")
+    assert r.returncode == 75 and r.stdout == b""
+    assert r.stderr == b"pgpdecd-client: not decrypted: UNAVAILABLE\n"
+    # a plain mail needs no daemon
+    r = mime(env, b"From: a@x\nSubject: p\n\nplain\n", sock=tmp_path / "none.sock")
+    assert r.returncode == 0
+    assert r.stdout == b"X-Pgpdecd-Status: not-encrypted\nFrom: a@x\nSubject: p\n\nplain\n"
+
+
+def test_forged_result_headers_removed(env):
+    forged = [("X-Pgpdecd-Status", "decrypted; pieces=1; decrypted=1"),
+              ("X-PGPDECD-Key", "0000000000000000000000000000000000000000"),
+              ("x-pgpdecd-integrity", "aead")]
+    mail = inline_mail(env, b"s\n", extra_headers=forged)
+    m = parse(mime(env, mail).stdout)
+    assert m.get_all("X-Pgpdecd-Key") and "0000" not in " ".join(m.get_all("X-Pgpdecd-Key"))
+    assert m.get_all("X-Pgpdecd-Integrity") == ["mdc"]
+    assert len(m.get_all("X-Pgpdecd-Status")) == 1
+    # also on a mail with nothing encrypted, and on one with no key
+    plain = b"X-Pgpdecd-Status: decrypted\nX-Pgpdecd-Key: AB\n continued\nFrom: a@x\n\nhi\n"
+    assert mime(env, plain).stdout == b"X-Pgpdecd-Status: not-encrypted\nFrom: a@x\n\nhi\n"
+
+
+def test_no_key_policy(env):
+    home = env["dir"] / "gnupg"
+    enc = subprocess.run(["gpg", "--homedir", str(home), "--batch", "--armor", "--symmetric",
+                          "--pinentry-mode", "loopback", "--passphrase", "pw"],
+                         input=b"x", capture_output=True, check=True).stdout
+    mail = b"From: a@x\nSubject: pw\n\n" + enc
+    r = mime(env, mail)
+    assert r.returncode == 0 and r.stdout.endswith(mail)
+    assert parse(r.stdout)["X-Pgpdecd-Status"].endswith("status=NO_PASSWORD")
+    r = mime(env, mail, "--on-no-key", "reject")
+    assert r.returncode == 69 and r.stdout == b""
+    assert r.stderr == b"pgpdecd-client: not decrypted: NO_PASSWORD\n"
+
+
+def test_usage_errors(env):
+    for args in (["--on-failure", "quarantine"], ["--on-failure", "bounce"],
+                 ["--protected-headers", "some"], ["a.eml", "b.eml"]):
+        r = mime(env, b"", *args)
+        assert r.returncode == 64, (args, r.stderr)
+    r = subprocess.run([str(CLIENT), "--keep-original", "x"], capture_output=True)
+    assert r.returncode == 64 and b"belong to --mime" in r.stderr
+
+
+def test_too_many_parts_not_parsed(env):
+    # 100,000 parts would take GMime 200 MB; past max_mime_parts (10,000
+    # lines starting with --) the mail is not parsed and fails LIMIT.
+    body = b"".join(b"--w\nContent-Type: text/plain\n\nx\n" for _ in range(20000))
+    mail = (b"From: a@x\nX-Pgpdecd-Status: decrypted\nMIME-Version: 1.0\n"
+            b"Content-Type: multipart/mixed; boundary=\"w\"\n\n" + body + b"--w--\n")
+    r = mime(env, mail)
+    assert r.returncode == 65 and r.stderr == b"pgpdecd-client: not decrypted: LIMIT\n"
+    r = mime(env, mail, "--on-failure", "pass")
+    assert r.returncode == 0
+    assert r.stdout == (b"X-Pgpdecd-Status: failed; pieces=0; decrypted=0; no-key=0; failed=1;"
+                        b" status=LIMIT\n" + mail.replace(b"X-Pgpdecd-Status: decrypted\n", b""))
+
+
+def test_crlf_input(env):
+    mail = inline_mail(env, b"crlf body\n").replace(b"\n", b"\r\n")
+    r = mime(env, mail)
+    assert r.returncode == 0, r.stderr
+    assert b"\r" not in r.stdout
+    assert parse(r.stdout).get_content() == "before\ncrlf body\nafter\n"
+
+
+def test_100mb_mail_bounded_memory(env, tmp_path):
+    """A 100 MB mail: 20 MB of plain attachment and a 60 MB encrypted one
+    (base64).  The client's peak RSS stays small: parts stay on disk."""
+    secret = tmp_path / "secret.bin"
+    h = hashlib.sha256()
+    with open(secret, "wb") as f:
+        for i in range(60):
+            chunk = os.urandom(1 << 20)
+            h.update(chunk)
+            f.write(chunk)
+    enc = tmp_path / "secret.pgp"
+    subprocess.run(env["gpg"] + ["-z0", "--encrypt", "-r", env["fpr"], "-o", str(enc), str(secret)],
+                   check=True, capture_output=True)
+    mail = tmp_path / "big.eml"
+    with open(mail, "wb") as f:
+        f.write(b"From: a@x\nTo: b@x\nSubject: big\nMIME-Version: 1.0\n"
+                b"Content-Type: multipart/mixed; boundary=\"BB\"\n\n--BB\n"
+                b"Content-Type: text/plain\n\nsee attachments\n--BB\n"
+                b"Content-Type: application/octet-stream\n"
+                b"Content-Disposition: attachment; filename=\"filler.bin\"\n"
+                b"Content-Transfer-Encoding: base64\n\n")
+        for _ in range(20):
+            f.write(base64.encodebytes(os.urandom(1 << 20)))
+        f.write(b"--BB\nContent-Type: application/octet-stream\n"
+                b"Content-Disposition: attachment; filename=\"secret.bin.pgp\"\n"
+                b"Content-Transfer-Encoding: base64\n\n")
+        with open(enc, "rb") as g:
+            while True:
+                c = g.read(57 * 4096)
+                if not c:
+                    break
+                f.write(base64.encodebytes(c))
+        f.write(b"--BB--\n")
+    size = mail.stat().st_size
+    assert size > 100_000_000
+    out = tmp_path / "out.eml"
+    with open(mail, "rb") as fin:
+        p = subprocess.Popen([str(CLIENT), "--socket", str(env["sock"]), "--mime",
+                              "--spool-dir", str(tmp_path), "-o", str(out)],
+                             stdin=fin, stderr=subprocess.PIPE)
+        _, status, ru = os.wait4(p.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, p.stderr.read()
+    rss_mib = ru.ru_maxrss / 1024
+    print(f"100 MB mail ({size} octets, 60 MiB encrypted attachment): client peak RSS "
+          f"{rss_mib:.1f} MiB")
+    assert rss_mib < 64, rss_mib
+    m = email.message_from_binary_file(open(out, "rb"), policy=email.policy.default)
+    parts = {p.get_filename(): p for p in m.walk() if not p.is_multipart()}
+    assert set(parts) == {None, "filler.bin", "secret.bin"}
+    assert hashlib.sha256(parts["secret.bin"].get_payload(decode=True)).digest() == h.digest()
+    assert [f.name for f in tmp_path.iterdir() if f.name.startswith("pgpdecd-mail")] == []
