@@ -267,3 +267,45 @@ def test_after_queue(env):
         assert len(m.get_all("Received")) == 2, got
     finally:
         p.stop()
+
+
+def test_two_mails_one_connection(env, pf):
+    """Per-message state is reset: an encrypted and a plain mail in one SMTP session."""
+    import smtplib
+    enc = (HDR + "Content-Type: text/plain; charset=utf-8\n\n").encode() + env["encrypt"](BODY.encode())
+    plain = (HDR.replace("m1@", "m2@") + "\nplain second\n").encode()
+    before = len(pf.messages())
+    with smtplib.SMTP("127.0.0.1", pf.port, timeout=60) as s:
+        for m in (enc, plain):
+            s.sendmail("alice@test.example", ["carol@test.example"], m.replace(b"\n", b"\r\n"))
+    pf.wait_delivered(before + 2)
+    got = sorted((m.data for m in pf.messages() if m.recipient == "carol@test.example"),
+                 key=lambda d: b"m2@" in d)
+    a, b = (message_from_bytes(d) for d in got[-2:])
+    assert a["X-Pgpdecd-Status"].startswith("decrypted")
+    assert a.get_payload(decode=True).decode("utf-8") == BODY
+    assert b["X-Pgpdecd-Status"].startswith("not-encrypted")
+    assert b.get_payload() == "plain second\n"
+    check_received(got[-1])
+
+
+def test_quarantine(env):
+    """on-failure = quarantine: the tampered mail is accepted, tagged and held."""
+    d = env["dir"]
+    mq = Milter(d, "milter-q", env["daemon"].sock, **{"on-failure": "quarantine"})
+    mq.start()
+    p = Postfix(artifacts=env["artifacts"] / "quarantine",
+                main={"milter_default_action": "tempfail", "milter_protocol": "6"})
+    p.smtpd.options["smtpd_milters"] = f"unix:{mq.sock}"
+    try:
+        p.start()
+        ct = armor(tamper(env["encrypt"](BODY.encode(), binary=True))).decode()
+        r = p.send((HDR + "\n" + ct).encode(), "alice@test.example", ["bob@test.example"])
+        assert r.code == 250, r
+        q = p.wait_queue(lambda q: any(e["queue_id"] == r.queue_id and e["queue_name"] == "hold"
+                                       for e in q))
+        assert q and not p.delivered()
+        assert f"{r.queue_id}: quarantined failed status=INTEGRITY" in mq.text(), mq.text()
+    finally:
+        p.stop()
+        mq.stop()
