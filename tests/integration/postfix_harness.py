@@ -57,8 +57,10 @@ Services of master.cf (all chroot n):
 
     pf.smtpd     "127.0.0.1:pf.port  inet smtpd", the main entrance
     pf.reinject  "127.0.0.1:pf.reinject_port inet smtpd" with
-                 -o content_filter= (the re-injection port of the after-queue
-                 pattern: a content filter hands mail back here)
+                 -o content_filter= -o smtpd_milters= (the re-injection port
+                 of the after-queue pattern: a content filter hands mail
+                 back here; to run a milter there, set
+                 pf.reinject.options["smtpd_milters"] or use add_smtpd())
     plus the standard internal services (cleanup, qmgr, bounce, ...,
     postlog) and capture.
 
@@ -69,13 +71,15 @@ Parameters and services, before start() (or followed by reload()):
 
     Postfix(main={...})            main.cf parameters overriding the defaults
     pf.set(name=value, ...)        same, later
-    pf.add_service(name, command, args=(), type="unix", unpriv="n",
+    pf.add_service(name, command, args=(), type="unix", unpriv="-",
                    maxproc="-", options={}, private="-", wakeup="-")
+                                   -> Service (chroot is always n)
     pf.add_pipe(name, argv, user, flags="q", maxproc=10, recipient_limit=1,
                 **attrs)           pipe(8): user="u" or "u:g" (pipe(8) runs
                                    the command with that one group only),
                                    attrs e.g. null_sender=""; sets
-                                   NAME_destination_recipient_limit
+                                   NAME_destination_recipient_limit; an argv
+                                   word with spaces needs Postfix's {...}
     pf.add_smtpd(name, options={}) -> port    another smtpd on 127.0.0.1
     pf.add_transport(address_or_domain, "transport:nexthop")
                                    texthash:etc/transport as transport_maps
@@ -88,9 +92,19 @@ Parameters and services, before start() (or followed by reload()):
                                    options={"smtpd_milters": "inet:127.0.0.1:N"})
 
 Milters: `pf.set(smtpd_milters="inet:127.0.0.1:PORT",
-milter_default_action="tempfail")` (all smtpd services) or per service
-`pf.smtpd.options["smtpd_milters"] = "unix:/path"` (the path must be
-reachable by user postfix: smtpd runs as postfix, not chrooted).
+milter_default_action="tempfail")` (every smtpd but pf.reinject, which
+clears it) or per service `pf.smtpd.options["smtpd_milters"] =
+"unix:/path"` (the path must be reachable by user postfix: smtpd runs as
+postfix, not chrooted).  A milter that is down, with tempfail, makes smtpd
+answer 451 4.7.1 (SmtpResult.code) before the queue; after the queue the
+smtp client is refused and the mail is deferred
+(test_postfix_real.py::test_after_queue_pattern_and_milter_down).
+
+Defaults worth knowing: queue_run_delay = minimal_backoff_time = 1s,
+maximal_backoff_time = 2s (pass main={...} with longer ones to keep mail
+in the deferred queue until flush()); message_size_limit = 0 (no limit);
+smtpd_authorized_xforward_hosts = 127.0.0.0/8; lines longer than
+line_length_limit (2048) are split by Postfix as always.
 
 Running:
 
@@ -103,7 +117,7 @@ Running:
     reload()                  rewrites the files, `postfix reload`, waits for it
     flush()                   `postqueue -c DIR -f`: retry deferred mail now
     send(mail, sender, recipients, port=None, wire="crlf", timeout=120)
-                              -> SmtpResult(code, text, queue_id, rc,
+                              -> SmtpResult(code, text, queue_id, rc, rcpt,
                               transcript): swaks with --no-data-fixup; `mail`
                               (bytes) is sent unchanged but for the SMTP
                               framing: wire="crlf" makes every line end CRLF
@@ -112,7 +126,9 @@ Running:
                               starting with "." are dot-stuffed, a missing
                               final line end is added.  code/text is the
                               reply to the end of DATA, or to the first
-                              command refused (4xx/5xx at MAIL/RCPT/DATA)
+                              command refused (4xx/5xx at the banner, MAIL,
+                              DATA, or RCPT when all were refused); rcpt is
+                              {address: (code, text)} per RCPT
     wait_delivered(n, timeout=30, recipient=None)
                               waits until n messages (for recipient, or in
                               all) were captured; returns {recipient: [bytes]}
@@ -139,7 +155,10 @@ tmp_path lives under /tmp/pytest-of-root (mode 0700) or meson's
 --basetemp (0700), and loosening those would weaken them for every test;
 a dedicated 0755 directory under /var/tmp (PD_POSTFIX_TMP overrides it) is
 also short enough for Unix socket paths (108 octets).  Set
-PD_KEEP_POSTFIX=1 to keep it after stop().
+PD_KEEP_POSTFIX=1 to keep it after stop().  A new instance first stops and
+removes those whose test process died (root/owner.pid) with their
+master(8) still running, so a killed run leaves no Postfix listening for
+long.
 
 Why re-injection by SMTP: a content filter running as a pipe(8) user that
 calls `sendmail -C DIR` (or postdrop) with a non-default config directory
@@ -251,6 +270,41 @@ def strip_received(data):
     return b"\n".join(lines[i:])
 
 
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def reap_stale(base):
+    """Stop and remove the instances under base whose test process is gone
+    (a killed or timed-out test run leaves its master running).  Instances
+    of live processes, other test runs included, are left alone."""
+    for d in Path(base).glob("pd-postfix-*"):
+        try:
+            owner = int((d / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if _pid_alive(owner):
+            continue
+        try:
+            pid = int((d / "spool" / "pid" / "master.pid").read_text().split()[0])
+            running = _pid_alive(pid) and b"master" in Path(f"/proc/{pid}/comm").read_bytes()
+        except (OSError, ValueError, IndexError):
+            running = False
+        if not running:
+            continue  # stopped, kept with PD_KEEP_POSTFIX=1: left for reading
+        _run([POSTFIX, "-c", d / "etc", "abort"], check=False)
+        time.sleep(0.2)
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(d, ignore_errors=True)
+
+
 class Service:
     """One master.cf entry.  `options` are its -o overrides (a dict)."""
 
@@ -338,6 +392,8 @@ class Postfix:
         self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="pd-postfix-", dir=base))
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o755)
+        reap_stale(self.root.parent)
+        (self.root / "owner.pid").write_text(f"{os.getpid()}\n")
         for p in [self.root, *self.root.parents]:
             if not os.stat(p).st_mode & 0o001:
                 raise PostfixError(f"{p} is not searchable by others: pipe(8) users cannot "
@@ -561,24 +617,17 @@ class Postfix:
         except (OSError, ValueError, IndexError):
             return None
 
-    def _alive(self, pid):
-        try:
-            os.kill(pid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-
     def stop(self):
         if self.running:
             pid = self.master_pid()
             self._pf("stop", check=False, timeout=60)
             end = time.monotonic() + 10
-            while pid and self._alive(pid) and time.monotonic() < end:
+            while pid and _pid_alive(pid) and time.monotonic() < end:
                 time.sleep(0.05)
-            if pid and self._alive(pid):
+            if pid and _pid_alive(pid):
                 self._pf("abort", check=False)
                 time.sleep(0.5)
-            if pid and self._alive(pid):
+            if pid and _pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
             self.running = False
         if self.artifacts:

@@ -9,7 +9,10 @@ with the recipes of contrib/postfix/README.md, issue 11:
   gets EACCES on the socket's directory; with `user=pgpmail:pgpdecd` the
   inline armored mail is decrypted into the archive file;
 - daemon down: the archive transport defers (4.x.x), the mail waits in the
-  deferred queue, and is delivered after the daemon starts and a flush.
+  deferred queue, and is delivered after the daemon starts and a flush;
+- the after-queue plumbing (content_filter -> smtp -> second smtpd), and a
+  milter that is down with milter_default_action = tempfail: 4xx before
+  the queue, deferred after it.
 
 Here pgpmail is TEST_USER (pgpmail-test) and pgpdecd is TEST_GROUP
 (pgpdecd-test), system accounts created when missing.
@@ -24,7 +27,7 @@ import pytest
 
 from conftest import kill_gpg_agent
 from postfix_harness import (TEST_GROUP, TEST_USER, Postfix, ensure_group, ensure_user,
-                             require_postfix, strip_received)
+                             free_port, require_postfix, strip_received)
 
 SRC = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("PD_BUILD_DIR", SRC / "build")).resolve()
@@ -254,3 +257,42 @@ def test_archive_daemon_down_defers_then_delivers(tmp_path, encrypt, accounts):
     finally:
         pf.stop()
         daemon.stop()
+
+
+def test_after_queue_pattern_and_milter_down(tmp_path):
+    """The plumbing the milter tests use: content_filter -> smtp client ->
+    a second smtpd -> queue -> delivery; and a milter that is down, with
+    milter_default_action = tempfail, gives 4xx before the queue and a
+    deferral (nothing lost) after it."""
+    require_postfix()
+    pf = Postfix(artifacts=tmp_path / "postfix")
+    try:
+        pf.after_queue_filter("scan")  # main smtpd -> scan -> pf.reinject_port
+        down = f"inet:127.0.0.1:{free_port()}"  # nobody listens there
+        p_milter = pf.add_smtpd("milter", {"content_filter": "", "smtpd_milters": down,
+                                           "milter_default_action": "tempfail"})
+        p_in = pf.add_smtpd("in", {"content_filter": f"scan:[127.0.0.1]:{p_milter}"})
+        pf.start()
+
+        mail = b"From: alice@test.example\r\nSubject: after queue\r\n\r\nbody\r\n"
+        r = pf.send(mail, "alice@test.example", ["bob@test.example"])
+        assert r.code == 250, r
+        got = pf.wait_delivered(1)["bob@test.example"]
+        assert len(got) == 1
+        assert got[0].count(b"\nReceived: ") + got[0].startswith(b"Received: ") == 2, got[0]
+        assert strip_received(got[0]) == mail.replace(b"\r\n", b"\n")
+        pf.wait_log(rf"{r.queue_id}: to=<bob@test.example>, relay=127\.0\.0\.1\[127\.0\.0\.1\]:"
+                    rf"{pf.reinject_port}, .*status=sent")
+
+        # before the queue: the SMTP client sees the temporary failure
+        r = pf.send(mail, "alice@test.example", ["bob@test.example"], port=p_milter)
+        assert 400 <= r.code < 500, r
+        # after the queue: accepted, then deferred in the queue
+        r = pf.send(mail, "alice@test.example", ["carol@test.example"], port=p_in)
+        assert r.code == 250, r
+        pf.wait_log(rf"{r.queue_id}: to=<carol@test.example>, .*dsn=4\.\d\.\d, status=deferred")
+        pf.wait_queue(lambda q: [e["queue_id"] for e in q if e["queue_name"] == "deferred"]
+                      == [r.queue_id])
+        assert "carol@test.example" not in pf.delivered()
+    finally:
+        pf.stop()
