@@ -54,6 +54,15 @@ WANT = {
         r"\./usr/share/doc/pgpdecd-client/examples/postfix/README\.md$",
         r"\./usr/share/doc/pgpdecd-client/examples/haproxy/haproxy\.cfg$",
     ],
+    "pgpdecd-milter": [
+        r"\./usr/sbin/pgpdecd-milter$",
+        r"\./lib/systemd/system/pgpdecd-milter\.service$",
+        r"\./usr/lib/sysusers\.d/pgpdecd-milter\.conf$",
+        r"\./etc/pgpdecd/milter\.conf$",
+        r"\./usr/share/man/man8/pgpdecd-milter\.8\.gz$",
+        r"\./usr/share/doc/pgpdecd-milter/postfix/README\.md(\.gz)?$",
+        r"\./usr/share/doc/pgpdecd-milter/copyright$",
+    ],
     "libpdclient0": [
         r"\./usr/lib/[^/]+/libpdclient\.so\.0\.\d+\.\d+$",
         r"\./usr/lib/[^/]+/libpdclient\.so\.0 -> ",
@@ -66,7 +75,9 @@ WANT = {
 }
 # Nothing of one package may sneak into another.
 NOT = {
-    "pgpdecd": [r"pgpdecd-client", r"libpdclient", r"\.h$"],
+    "pgpdecd": [r"pgpdecd-client", r"libpdclient", r"\.h$", r"milter"],
+    "pgpdecd-milter": [r"/bin/", r"/sbin/pgpdecd$", r"pgpdecd\.service$", r"pgpdecd\.socket$",
+                       r"libpdclient\.so", r"\.h$", r"/pgpdecd\.conf$"],
     "pgpdecd-client": [r"/sbin/", r"\.service$", r"libpdclient\.so"],
     "libpdclient0": [r"/bin/", r"\.h$", r"\.pc$", r"libpdclient\.so -> "],
     "libpdclient-dev": [r"/bin/", r"\.so\.0"],
@@ -130,6 +141,19 @@ def test_control(debs):
     # installing must not start a service that has no keys yet
     assert "deb-systemd-invoke" not in postinst or "start" not in re.findall(
         r"deb-systemd-invoke (\w+)", postinst)
+    # the milter: its user (in group pgpdecd) from sysusers, its conffile,
+    # its unit known to systemd but neither enabled nor started
+    t = tarfile.open(fileobj=io.BytesIO(subprocess.run(
+        ["dpkg-deb", "--ctrl-tarfile", str(debs["pgpdecd-milter"])], capture_output=True,
+        check=True).stdout))
+    assert "/etc/pgpdecd/milter.conf" in t.extractfile("./conffiles").read().decode().split()
+    postinst = t.extractfile("./postinst").read().decode()
+    assert "systemd-sysusers" in postinst and "pgpdecd-milter.conf" in postinst
+    assert "deb-systemd-helper" in postinst and "pgpdecd-milter.service" in postinst
+    assert "start" not in re.findall(r"deb-systemd-invoke (\w+)", postinst)
+    deps = subprocess.run(["dpkg-deb", "-f", str(debs["pgpdecd-milter"]), "Depends"],
+                          capture_output=True, text=True, check=True).stdout
+    assert "libmilter" in deps and "libgmime-3.0" in deps, deps
     dev = subprocess.run(["dpkg-deb", "-f", str(debs["libpdclient-dev"]), "Depends"],
                          capture_output=True, text=True, check=True).stdout
     assert "libpdclient0 (= " in dev
