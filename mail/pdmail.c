@@ -39,6 +39,23 @@ struct pd_mail {
 };
 
 enum piece_kind { PK_PGPMIME, PK_ATTACH, PK_INLINE };
+
+/* Where an object sits: the body of a message, or a child of a multipart.
+ * Recorded by the walk, so that replacing needs no search of the tree. */
+struct place {
+	GMimeMessage *owner;       /* obj is this message's body, or */
+	GMimeMultipart *parent;    /* obj is a child of this multipart */
+};
+
+/* A root of the next round: a decrypted entity, where it was put. */
+struct root {
+	GMimeObject *obj;
+	struct place at;
+};
+
+/* MIME nesting the walk follows (multiparts and message/rfc822); deeper is
+ * LIMIT.  GMime's own recursion is bounded by max_mime_parts. */
+#define MAX_NEST 64
 enum piece_state { PS_PENDING, PS_OK, PS_NO_KEY, PS_FAILED, PS_UNAVAILABLE };
 
 struct text_job;
@@ -47,9 +64,12 @@ struct piece {
 	enum piece_kind kind;
 	enum piece_state st;
 	GMimeObject *obj;          /* the multipart/encrypted, or the part */
+	struct place at;           /* where obj is, for its replacement */
 	GMimeStream *src;          /* ciphertext, decoded from its transfer encoding */
 	int out_fd;                /* plaintext spool (unlinked) */
 	int write_err;             /* a failed write to out_fd */
+	int line_state;            /* PK_PGPMIME: lines of the plaintext that start with "--" */
+	uint64_t dashes;
 	unsigned depth;
 	struct text_job *tj;       /* PK_INLINE: the text part and its blocks */
 	gint64 begin, end;         /* PK_INLINE: the block in the decoded text */
@@ -293,7 +313,8 @@ static bool looks_encrypted(const char *p, size_t n)
 	return tag == 1 || tag == 3 || tag == 9 || tag == 18 || tag == 20;
 }
 
-static struct piece *add_piece(struct run *r, enum piece_kind k, GMimeObject *obj, unsigned depth)
+static struct piece *add_piece(struct run *r, enum piece_kind k, GMimeObject *obj, struct place at,
+                               unsigned depth)
 {
 	if (r->n >= r->m->pol.max_parts) {
 		r->over_limit = true;
@@ -308,13 +329,13 @@ static struct piece *add_piece(struct run *r, enum piece_kind k, GMimeObject *ob
 		r->cap = cap;
 	}
 	struct piece *p = &r->p[r->n++];
-	*p = (struct piece){ .kind = k, .obj = obj, .out_fd = -1, .depth = depth };
+	*p = (struct piece){ .kind = k, .obj = obj, .at = at, .out_fd = -1, .depth = depth, .line_state = 1 };
 	return p;
 }
 
 /* An inline text part: spool its decoded text, find the armored blocks with
  * GMime's OpenPGP filter, one piece per block. */
-static int scan_inline(struct run *r, GMimePart *part, unsigned depth)
+static int scan_inline(struct run *r, GMimePart *part, struct place at, unsigned depth)
 {
 	GMimeStream *dec = decoded_stream(part);
 	if (!dec)
@@ -344,21 +365,31 @@ static int scan_inline(struct run *r, GMimePart *part, unsigned depth)
 	for (;;) {
 		g_byte_array_set_size(line, 0);
 		g_mime_stream_buffer_readln(buffered, line);
-		if (line->len == 0)
-			break;
 		char *out;
 		size_t outlen, outpre;
-		g_mime_filter_filter(f, (char *)line->data, line->len, 0, &out, &outlen, &outpre);
-		pos += line->len;
+		if (line->len == 0) {
+			/* The last line of a part has no line end when a MIME boundary
+			 * follows it (RFC 2046: that line end is the boundary's). */
+			if (fo->state != GMIME_OPENPGP_BEGIN_PGP_MESSAGE)
+				break;
+			g_mime_filter_filter(f, (char *)"\n", 1, 0, &out, &outlen, &outpre);
+			if (fo->state != GMIME_OPENPGP_END_PGP_MESSAGE)
+				break;
+		} else {
+			g_mime_filter_filter(f, (char *)line->data, line->len, 0, &out, &outlen, &outpre);
+			pos += line->len;
+		}
 		if (fo->state == GMIME_OPENPGP_END_PGP_MESSAGE) {
-			struct piece *p = add_piece(r, PK_INLINE, GMIME_OBJECT(part), depth);
+			struct piece *p = add_piece(r, PK_INLINE, GMIME_OBJECT(part), at, depth);
 			if (!p)
 				break;
 			p->begin = base + g_mime_filter_openpgp_get_begin_offset(fo);
-			p->end = base + g_mime_filter_openpgp_get_end_offset(fo);
+			p->end = MIN(base + g_mime_filter_openpgp_get_end_offset(fo), pos); /* not the added line end */
 			n++;
 			g_mime_filter_reset(f);
 			base = pos;
+			if (line->len == 0)
+				break;
 		}
 	}
 	g_byte_array_free(line, TRUE);
@@ -390,8 +421,20 @@ static int scan_inline(struct run *r, GMimePart *part, unsigned depth)
 
 static bool is_legacy_display(GMimeObject *o);
 
-static int walk(struct run *r, GMimeObject *o, unsigned depth)
+/* Is this an encrypted attachment?  (Its first 4 KiB, decoded.) */
+static bool encrypted_attachment(GMimePart *part)
 {
+	char head[4096];
+	size_t n = peek_part(part, head, sizeof(head));
+	return looks_encrypted(head, n);
+}
+
+static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level, unsigned depth)
+{
+	if (level > MAX_NEST) {
+		r->over_limit = true;
+		return 0;
+	}
 	if (GMIME_IS_MULTIPART_SIGNED(o))
 		return 0; /* never touched: the MUA verifies it as it is */
 	if (GMIME_IS_MULTIPART_ENCRYPTED(o)) {
@@ -402,15 +445,16 @@ static int walk(struct run *r, GMimeObject *o, unsigned depth)
 		GMimeObject *enc = g_mime_multipart_get_part(mp, 1);
 		if (!GMIME_IS_PART(enc))
 			return 0;
-		struct piece *p = add_piece(r, PK_PGPMIME, o, depth);
+		struct piece *p = add_piece(r, PK_PGPMIME, o, at, depth);
 		if (p)
 			p->src = decoded_stream(GMIME_PART(enc));
 		return 0;
 	}
 	if (GMIME_IS_MULTIPART(o)) {
 		GMimeMultipart *mp = GMIME_MULTIPART(o);
+		struct place in = { .parent = mp };
 		for (int i = 0; i < g_mime_multipart_get_count(mp); i++) {
-			int err = walk(r, g_mime_multipart_get_part(mp, i), depth);
+			int err = walk(r, g_mime_multipart_get_part(mp, i), in, level + 1, depth);
 			if (err)
 				return err;
 		}
@@ -419,7 +463,8 @@ static int walk(struct run *r, GMimeObject *o, unsigned depth)
 	if (GMIME_IS_MESSAGE_PART(o)) {
 		GMimeMessage *inner = g_mime_message_part_get_message(GMIME_MESSAGE_PART(o));
 		GMimeObject *body = inner ? g_mime_message_get_mime_part(inner) : NULL;
-		return body ? walk(r, body, depth) : 0;
+		struct place in = { .owner = inner };
+		return body ? walk(r, body, in, level + 1, depth) : 0;
 	}
 	if (!GMIME_IS_PART(o))
 		return 0;
@@ -431,10 +476,8 @@ static int walk(struct run *r, GMimeObject *o, unsigned depth)
 		named |= has_suffix(fn, enc_suffixes[i]);
 	bool pgp_type = g_mime_content_type_is_type(ct, "application", "pgp-encrypted");
 	if (named || pgp_type) {
-		char head[4096];
-		size_t n = peek_part(part, head, sizeof(head));
-		if (looks_encrypted(head, n)) {
-			struct piece *p = add_piece(r, PK_ATTACH, o, depth);
+		if (encrypted_attachment(part)) {
+			struct piece *p = add_piece(r, PK_ATTACH, o, at, depth);
 			if (p)
 				p->src = decoded_stream(part);
 			return 0;
@@ -443,7 +486,7 @@ static int walk(struct run *r, GMimeObject *o, unsigned depth)
 			return 0;
 	}
 	if (g_mime_content_type_is_type(ct, "text", "plain") && !is_legacy_display(o))
-		return scan_inline(r, part, depth);
+		return scan_inline(r, part, at, depth);
 	return 0;
 }
 
@@ -459,9 +502,13 @@ static ssize_t piece_read(void *arg, uint8_t *buf, size_t cap)
 	return n;
 }
 
+static uint64_t count_dash_lines(const char *p, size_t n, int *state);
+
 static int piece_data(void *arg, const uint8_t *d, size_t n)
 {
 	struct piece *p = arg;
+	if (p->kind == PK_PGPMIME)
+		p->dashes += count_dash_lines((const char *)d, n, &p->line_state);
 	while (n) {
 		ssize_t w = write(p->out_fd, d, n);
 		if (w < 0) {
@@ -525,6 +572,8 @@ static int rewind_round(struct run *r, unsigned from)
 			return -EIO;
 		memset(&p->res, 0, sizeof(p->res));
 		p->write_err = 0;
+		p->dashes = 0;
+		p->line_state = 1;
 	}
 	return 0;
 }
@@ -615,71 +664,19 @@ static bool is_legacy_display(GMimeObject *o)
 	       ieq(g_mime_content_type_get_parameter(ct, "hp-legacy-display"), "1");
 }
 
-/* Parent multipart of o below root (NULL if none). */
-static GMimeMultipart *parent_of(GMimeObject *root, GMimeObject *o)
+/* Replace old, which sits at at, by new. */
+static void put_in_place(struct place at, GMimeObject *old, GMimeObject *new)
 {
-	if (GMIME_IS_MULTIPART(root)) {
-		GMimeMultipart *mp = GMIME_MULTIPART(root);
-		for (int i = 0; i < g_mime_multipart_get_count(mp); i++) {
-			GMimeObject *c = g_mime_multipart_get_part(mp, i);
-			if (c == o)
-				return mp;
-			GMimeMultipart *found = parent_of(c, o);
-			if (found)
-				return found;
-		}
-	} else if (GMIME_IS_MESSAGE_PART(root)) {
-		GMimeMessage *inner = g_mime_message_part_get_message(GMIME_MESSAGE_PART(root));
-		GMimeObject *body = inner ? g_mime_message_get_mime_part(inner) : NULL;
-		if (body && body != o)
-			return parent_of(body, o);
-	}
-	return NULL;
-}
-
-static GMimeMessage *owner_of(GMimeMessage *msg, GMimeObject *o);
-
-static GMimeMessage *owner_below(GMimeObject *node, GMimeObject *o)
-{
-	if (GMIME_IS_MESSAGE_PART(node)) {
-		GMimeMessage *inner = g_mime_message_part_get_message(GMIME_MESSAGE_PART(node));
-		return inner ? owner_of(inner, o) : NULL;
-	}
-	if (GMIME_IS_MULTIPART(node)) {
-		GMimeMultipart *mp = GMIME_MULTIPART(node);
-		for (int i = 0; i < g_mime_multipart_get_count(mp); i++) {
-			GMimeMessage *found = owner_below(g_mime_multipart_get_part(mp, i), o);
-			if (found)
-				return found;
-		}
-	}
-	return NULL;
-}
-
-/* The message whose body o is (searching from msg), or NULL. */
-static GMimeMessage *owner_of(GMimeMessage *msg, GMimeObject *o)
-{
-	GMimeObject *body = g_mime_message_get_mime_part(msg);
-	if (!body)
-		return NULL;
-	return body == o ? msg : owner_below(body, o);
-}
-
-/* Replace old by new in the tree under msg (old is a body or a child). */
-static void put_in_place(GMimeMessage *msg, GMimeObject *old, GMimeObject *new)
-{
-	GMimeMessage *owner = owner_of(msg, old);
-	if (owner) {
-		g_mime_message_set_mime_part(owner, new);
+	if (at.owner) {
+		g_mime_message_set_mime_part(at.owner, new);
 		return;
 	}
-	GMimeMultipart *mp = parent_of(g_mime_message_get_mime_part(msg), old);
-	if (mp) {
-		int i = g_mime_multipart_index_of(mp, old);
-		GMimeObject *prev = g_mime_multipart_replace(mp, i, new);
-		if (prev)
-			g_object_unref(prev);
-	}
+	int i = g_mime_multipart_index_of(at.parent, old);
+	if (i < 0)
+		return;
+	GMimeObject *prev = g_mime_multipart_replace(at.parent, i, new);
+	if (prev)
+		g_object_unref(prev);
 }
 
 /* Protected headers of a decrypted entity that becomes msg's body. */
@@ -879,7 +876,7 @@ static void note_key(struct pd_mail_report *rep, const struct pdc_info *info)
 
 /* After a round: count, and put what decrypted in place.  New roots (the
  * decrypted PGP/MIME entities) are returned for the next round. */
-static int settle_round(struct run *r, unsigned from, GPtrArray *next)
+static int settle_round(struct run *r, unsigned from, GArray *next)
 {
 	struct pd_mail_report *rep = r->rep;
 	for (unsigned i = from; i < r->n; i++) {
@@ -887,6 +884,11 @@ static int settle_round(struct run *r, unsigned from, GPtrArray *next)
 		if (p->write_err)
 			return p->write_err;
 		p->st = classify(&p->res);
+		if (p->st == PS_OK && p->kind == PK_PGPMIME && p->dashes > r->m->pol.max_mime_parts) {
+			/* A decrypted entity is parsed as the mail is: within the same bound. */
+			p->st = PS_FAILED;
+			p->res.status = 16;
+		}
 		rep->n_pieces++;
 		switch (p->st) {
 		case PS_OK:
@@ -919,15 +921,15 @@ static int settle_round(struct run *r, unsigned from, GPtrArray *next)
 			repl = parse_entity(p);
 			if (!repl)
 				return -EIO;
-			GMimeMessage *owner = owner_of(r->msg, p->obj);
-			apply_protected_headers(r, owner, repl);
-			g_ptr_array_add(next, g_object_ref(repl));
+			apply_protected_headers(r, p->at.owner, repl);
+			struct root nr = { .obj = g_object_ref(repl), .at = p->at };
+			g_array_append_val(next, nr);
 		} else {
 			repl = attachment_part(p);
 			if (!repl)
 				return -EIO;
 		}
-		put_in_place(r->msg, p->obj, repl);
+		put_in_place(p->at, p->obj, repl);
 		p->obj = NULL;
 		g_object_unref(repl);
 	}
@@ -992,6 +994,27 @@ static void add_result_headers(struct run *r, GMimeMessage *msg)
 	g_mime_object_prepend_header(o, HDR_PREFIX "Status", buf, NULL);
 }
 
+/* Count lines that start with "--" in a stream of octets, chunk by chunk.
+ * *state: 1 at a line start, 2 after one '-' there, 0 inside a line. */
+static uint64_t count_dash_lines(const char *p, size_t n, int *state)
+{
+	uint64_t dashes = 0;
+	int st = *state;
+	for (size_t i = 0; i < n; i++) {
+		char c = p[i];
+		if (c == '\n')
+			st = 1;
+		else if (st == 1 && c == '-')
+			st = 2;
+		else if (st == 2 && c == '-')
+			dashes++, st = 0;
+		else
+			st = 0;
+	}
+	*state = st;
+	return dashes;
+}
+
 /* The input as a seekable spool of our own, line ends made LF (GMime's
  * dos2unix filter), read from a file, a pipe or a socket alike.  Lines that
  * begin with "--" are counted on the way: every MIME part and every level
@@ -1030,17 +1053,7 @@ static int spool_input(struct pd_mail *m, int in_fd, GMimeStream **ret, uint64_t
 		if (n == 0)
 			break;
 		total += (uint64_t)n;
-		for (ssize_t i = 0; i < n; i++) {
-			char c = buf[i];
-			if (c == '\n')
-				state = 1;
-			else if (state == 1 && c == '-')
-				state = 2;
-			else if (state == 2 && c == '-')
-				dashes++, state = 0;
-			else
-				state = 0;
-		}
+		dashes += count_dash_lines(buf, (size_t)n, &state);
 		if (g_mime_stream_write(filt, buf, (size_t)n) < 0) {
 			err = -EIO;
 			break;
@@ -1160,24 +1173,33 @@ int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_rep
 	}
 	remove_ours(GMIME_OBJECT(r.msg));
 
-	GPtrArray *roots = g_ptr_array_new_with_free_func(g_object_unref);
+	GArray *roots = g_array_new(FALSE, FALSE, sizeof(struct root));
 	GMimeObject *body = g_mime_message_get_mime_part(r.msg);
-	if (body)
-		g_ptr_array_add(roots, g_object_ref(body));
+	if (body) {
+		struct root top = { .obj = g_object_ref(body), .at = { .owner = r.msg } };
+		g_array_append_val(roots, top);
+	}
 	for (unsigned depth = 0; roots->len && depth <= m->pol.max_depth; depth++) {
 		unsigned from = r.n;
-		for (unsigned i = 0; i < roots->len && !err; i++)
-			err = walk(&r, g_ptr_array_index(roots, i), depth);
-		g_ptr_array_set_size(roots, 0);
-		if (err || r.n == from)
-			break;
-		err = decrypt_round(&r, from);
-		if (!err)
-			err = settle_round(&r, from, roots);
+		GArray *next = g_array_new(FALSE, FALSE, sizeof(struct root));
+		for (unsigned i = 0; i < roots->len && !err; i++) {
+			struct root *rt = &g_array_index(roots, struct root, i);
+			err = walk(&r, rt->obj, rt->at, 0, depth);
+		}
+		if (!err && r.n > from)
+			err = decrypt_round(&r, from);
+		if (!err && r.n > from)
+			err = settle_round(&r, from, next);
+		for (unsigned i = 0; i < roots->len; i++)
+			g_object_unref(g_array_index(roots, struct root, i).obj);
+		g_array_free(roots, TRUE);
+		roots = next;
 		if (err)
 			break;
 	}
-	g_ptr_array_unref(roots);
+	for (unsigned i = 0; i < roots->len; i++)
+		g_object_unref(g_array_index(roots, struct root, i).obj);
+	g_array_free(roots, TRUE);
 	if (err)
 		goto out;
 

@@ -241,3 +241,62 @@ def test_100mb_mail_bounded_memory(env, tmp_path):
     assert set(parts) == {None, "filler.bin", "secret.bin"}
     assert hashlib.sha256(parts["secret.bin"].get_payload(decode=True)).digest() == h.digest()
     assert [f.name for f in tmp_path.iterdir() if f.name.startswith("pgpdecd-mail")] == []
+
+
+def test_decrypted_entity_within_the_same_bound(env):
+    # 20,000 parts compress to little: the decrypted entity is held to the
+    # bound of the mail itself (max_mime_parts), not parsed into GMime.
+    entity = (b"Content-Type: multipart/mixed; boundary=\"w\"\n\n"
+              + b"".join(b"--w\nContent-Type: text/plain\n\nx\n" for _ in range(20000))
+              + b"--w--\n")
+    enc = env["encrypt"](entity).decode()
+    mail = ("From: a@x\nSubject: bomb\nMIME-Version: 1.0\n"
+            "Content-Type: multipart/encrypted; protocol=\"application/pgp-encrypted\";"
+            " boundary=\"b1\"\n\n--b1\nContent-Type: application/pgp-encrypted\n\nVersion: 1\n\n"
+            "--b1\nContent-Type: application/octet-stream\n\n" + enc + "\n--b1--\n").encode()
+    assert len(mail) < 20000
+    r = mime(env, mail)
+    assert r.returncode == 65 and r.stderr == b"pgpdecd-client: not decrypted: LIMIT\n"
+    r = mime(env, mail, "--on-failure", "pass")
+    assert r.returncode == 0 and enc.encode() in r.stdout
+    assert parse(r.stdout)["X-Pgpdecd-Status"] == \
+        "failed; pieces=1; decrypted=0; no-key=0; failed=1; status=LIMIT"
+
+
+def test_nesting_beyond_64_is_a_limit(env):
+    depth = 100
+    mail = "From: a@x\nSubject: deep\nMIME-Version: 1.0\n"
+    for i in range(depth):
+        mail += f"Content-Type: multipart/mixed; boundary=\"b{i}\"\n\n--b{i}\n"
+    mail += "Content-Type: text/plain\n\n" + env["encrypt"](b"deep\n").decode()
+    for i in reversed(range(depth)):
+        mail += f"--b{i}--\n"
+    r = mime(env, mail.encode())
+    assert r.returncode == 65 and r.stderr == b"pgpdecd-client: not decrypted: LIMIT\n"
+    # 60 levels are followed
+    mail = "From: a@x\nSubject: deep\nMIME-Version: 1.0\n"
+    for i in range(60):
+        mail += f"Content-Type: multipart/mixed; boundary=\"b{i}\"\n\n--b{i}\n"
+    mail += "Content-Type: text/plain\n\n" + env["encrypt"](b"deep\n").decode()
+    for i in reversed(range(60)):
+        mail += f"--b{i}--\n"
+    r = mime(env, mail.encode())
+    assert r.returncode == 0, r.stderr
+    assert parse(r.stdout)["X-Pgpdecd-Status"].startswith("decrypted;")
+    assert b"\ndeep\n" in r.stdout
+
+
+def test_armor_at_the_end_of_a_multipart_part(env):
+    # The line end before a boundary belongs to the boundary (RFC 2046), so
+    # the part's text ends "-----END PGP MESSAGE-----" with no line end:
+    # the block is still found (it was not, before the fix).
+    enc = env["encrypt"](b"last block\n").decode()
+    mail = ("From: a@x\nSubject: s\nMIME-Version: 1.0\n"
+            "Content-Type: multipart/mixed; boundary=\"z\"\n\n--z\n"
+            "Content-Type: text/plain\n\nfirst\n" + enc + "--z--\n").encode()
+    r = mime(env, mail)
+    assert r.returncode == 0, r.stderr
+    m = parse(r.stdout)
+    assert m["X-Pgpdecd-Status"].startswith("decrypted;")
+    part = next(p for p in m.walk() if not p.is_multipart())
+    assert part.get_content() == "first\nlast block\n"
