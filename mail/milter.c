@@ -482,14 +482,22 @@ static int body_same(int in_fd, off_t in_off, int out_fd, off_t out_off, uint8_t
 static int replace_body(SMFICTX *ctx, int out_fd, off_t off, uint8_t *a, uint8_t *conv)
 {
 	bool cr = false;
+	size_t total = 0;
 	if (lseek(out_fd, off, SEEK_SET) < 0)
 		return -errno;
 	for (;;) {
 		ssize_t n = read_full(out_fd, a, IO_CHUNK);
 		if (n < 0)
 			return (int)n;
+		if (n == 0 && total == 0) {
+			/* A zero-length smfi_replacebody sends nothing, and the MTA
+			 * would keep the old body: an empty body is one empty line. */
+			static char empty[] = "\r\n";
+			return smfi_replacebody(ctx, (unsigned char *)empty, 2) == MI_SUCCESS ? 0 : -EIO;
+		}
 		if (n == 0)
 			return 0;
+		total += (size_t)n;
 		size_t k = to_crlf(a, (size_t)n, conv, &cr);
 		if (smfi_replacebody(ctx, conv, (int)k) != MI_SUCCESS)
 			return -EIO;

@@ -190,6 +190,22 @@ def test_pgp_mime(env, pf):
     assert b"multipart/encrypted" not in data and b"BEGIN PGP" not in data
 
 
+def test_empty_decrypted_body(env, pf):
+    # The decrypted entity has an empty body: the ciphertext must not stay
+    # in place (a zero-length smfi_replacebody sends nothing at all).
+    entity = "Content-Type: text/plain; charset=utf-8\n\n"
+    mail = (HDR + "MIME-Version: 1.0\nContent-Type: multipart/encrypted;\n"
+            ' protocol="application/pgp-encrypted"; boundary="b1"\n\n'
+            "--b1\nContent-Type: application/pgp-encrypted\n\nVersion: 1\n\n"
+            "--b1\nContent-Type: application/octet-stream\n\n").encode() \
+        + env["encrypt"](entity.encode()) + b"\n--b1--\n"
+    r, data = send_and_get(pf, mail)
+    m = message_from_bytes(data)
+    assert m["X-Pgpdecd-Status"].startswith("decrypted"), data
+    assert b"BEGIN PGP" not in data and b"multipart/encrypted" not in data, data
+    assert m.get_payload(decode=True).strip() == b""
+
+
 def test_plain_and_forged(env, pf):
     body = b"nothing secret\nsecond line\n"
     mail = (HDR + "X-Pgpdecd-Status: decrypted\nX-Pgpdecd-Status: forged too\n\n").encode() + body
