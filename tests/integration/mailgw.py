@@ -1,0 +1,153 @@
+# SPDX-License-Identifier: MIT
+"""The real daemon and pgpdecd-milter laid out as the packaged units lay
+them out, for the Postfix mail tests (test_postfix_mail.py,
+test_postfix_load.py) and contrib/bench/mail.py:
+
+    Daemon(root, log)   pgpdecd on root/pgpdecd/pgpdecd.sock, mode 0660,
+                        group TEST_GROUP, in a directory only that group
+                        may enter (/run/pgpdecd); start() / stop() / restart
+    Milter(root, daemon_sock, **conf)
+                        pgpdecd-milter with the default configuration but
+                        for the paths: listen unix:root/milter/milter.sock
+                        (group postfix, mode 0660: smtpd runs as postfix),
+                        socket = the daemon's, spool-dir; conf overrides
+    workdir(prefix)     a fresh 0755 directory under /var/tmp (the users
+                        pipe(8) and smtpd run as must reach the sockets)
+
+Every wait polls with a deadline; nothing sleeps a fixed time."""
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from postfix_harness import TEST_GROUP, ensure_group
+
+SRC = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("PD_BUILD_DIR", SRC / "build")).resolve()
+DAEMON = BUILD / "daemon" / "pgpdecd"
+CLIENT = BUILD / "client" / "pgpdecd-client"
+MILTER = BUILD / "mail" / "pgpdecd-milter"
+KEYS = SRC / "tests" / "data" / "keys"
+SECRET_KEY = KEYS / "rsa2048.gpg"
+
+
+def workdir(prefix="pd-mail-"):
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("PD_POSTFIX_TMP", "/var/tmp")))
+    d.chmod(0o755)
+    return d
+
+
+def wait_for(pred, what, timeout=60, proc=None, log=None):
+    end = time.monotonic() + timeout
+    while not pred():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"{what}: the process exited {proc.returncode}\n"
+                                 f"{Path(log).read_text(errors='replace') if log else ''}")
+        if time.monotonic() > end:
+            raise AssertionError(f"{what} within {timeout}s")
+        time.sleep(0.02)
+
+
+class Daemon:
+    def __init__(self, root, log, workers=2, extra=()):
+        self.dir = Path(root) / "pgpdecd"
+        self.dir.mkdir(mode=0o750, exist_ok=True)
+        os.chown(self.dir, 0, ensure_group(TEST_GROUP))
+        self.sock = self.dir / "pgpdecd.sock"
+        self.logpath, self.proc = Path(log), None
+        self.workers, self.extra = workers, list(extra)
+
+    def start(self):
+        if self.sock.exists():
+            self.sock.unlink()
+        self.log = open(self.logpath, "ab")
+        self.proc = subprocess.Popen(
+            [str(DAEMON), "--listen", f"unix:{self.sock}", "--key", str(SECRET_KEY),
+             "--workers", str(self.workers), "--socket-group", TEST_GROUP,
+             "--socket-mode", "0660", *self.extra],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for(self.sock.exists, "the daemon's socket", proc=self.proc, log=self.logpath)
+        return self
+
+    def stop(self):
+        if self.proc:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.log.close()
+            self.proc = None
+
+
+class Milter:
+    def __init__(self, root, daemon_sock, name="milter", **conf):
+        self.dir = Path(root) / name
+        self.dir.mkdir(mode=0o755, exist_ok=True)
+        self.sock = self.dir / "milter.sock"
+        self.logpath = self.dir / "milter.log"
+        lines = {"listen": f"unix:{self.sock}", "socket-group": "postfix", "socket-mode": "0660",
+                 "socket": str(daemon_sock), "spool-dir": str(self.dir)}
+        lines.update(conf)
+        self.conf = self.dir / "milter.conf"
+        self.conf.write_text("".join(f"{k} = {v}\n" for k, v in lines.items()))
+        self.proc = None
+
+    @property
+    def spec(self):
+        return f"unix:{self.sock}"
+
+    def start(self):
+        r = subprocess.run([str(MILTER), "-c", str(self.conf), "--check-config"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        if self.sock.exists():
+            self.sock.unlink()
+        self.log = open(self.logpath, "ab")
+        self.proc = subprocess.Popen([str(MILTER), "-c", str(self.conf), "--foreground"],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for(self.sock.exists, "the milter's socket", proc=self.proc, log=self.logpath)
+        return self
+
+    def stop(self):
+        if self.proc:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.log.close()
+            self.proc = None
+
+    def text(self):
+        return self.logpath.read_text(errors="replace")
+
+
+def after_queue(pf, milter_spec, name="pgpdecrypt"):
+    """contrib/postfix/README.md, "After the queue": an smtpd ("aq", the
+    public one of the recipe) with content_filter=NAME:[127.0.0.1]:PORT, the
+    smtp(8) client NAME, and the smtpd on PORT that runs the milter, with
+    the recipe's -o lines.  Returns (public port, milter smtpd port)."""
+    mport = pf.add_smtpd("pgpmilter", options={
+        "content_filter": "",
+        "smtpd_milters": milter_spec,
+        "receive_override_options":
+            "no_unknown_recipient_checks,no_header_body_checks,no_address_mappings",
+        "smtpd_client_restrictions": "",
+        "smtpd_helo_restrictions": "",
+        "smtpd_sender_restrictions": "",
+        "smtpd_relay_restrictions": "",
+        "smtpd_recipient_restrictions": "permit_mynetworks,reject",
+        "mynetworks": "127.0.0.0/8",
+        "smtpd_authorized_xforward_hosts": "127.0.0.0/8"})
+    pf.add_service(name, "smtp", maxproc="10",
+                   options={"smtp_send_xforward_command": "yes",
+                            "disable_mime_output_conversion": "yes",
+                            "syslog_name": f"postfix-test/{name}"})
+    aport = pf.add_smtpd("aq", options={"content_filter": f"{name}:[127.0.0.1]:{mport}",
+                                        "smtpd_milters": ""})
+    return aport, mport
