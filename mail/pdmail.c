@@ -74,6 +74,7 @@ struct piece {
 	struct text_job *tj;       /* PK_INLINE: the text part and its blocks */
 	gint64 begin, end;         /* PK_INLINE: the block in the decoded text */
 	struct pdc_result res;
+	bool done;                 /* res came from on_done */
 };
 
 struct text_job {
@@ -527,6 +528,7 @@ static void piece_done(void *arg, const struct pdc_result *res)
 {
 	struct piece *p = arg;
 	p->res = *res;
+	p->done = true;
 }
 
 static enum piece_state classify(const struct pdc_result *res)
@@ -571,6 +573,7 @@ static int rewind_round(struct run *r, unsigned from)
 		    lseek(p->out_fd, 0, SEEK_SET) < 0)
 			return -EIO;
 		memset(&p->res, 0, sizeof(p->res));
+		p->done = false;
 		p->write_err = 0;
 		p->dashes = 0;
 		p->line_state = 1;
@@ -883,7 +886,8 @@ static int settle_round(struct run *r, unsigned from, GArray *next)
 		struct piece *p = &r->p[i];
 		if (p->write_err)
 			return p->write_err;
-		p->st = classify(&p->res);
+		/* A request that never got its on_done was never answered. */
+		p->st = p->done ? classify(&p->res) : PS_UNAVAILABLE;
 		if (p->st == PS_OK && p->kind == PK_PGPMIME && p->dashes > r->m->pol.max_mime_parts) {
 			/* A decrypted entity is parsed as the mail is: within the same bound. */
 			p->st = PS_FAILED;

@@ -45,15 +45,16 @@ def wait_path(p, timeout=10):
 
 
 class Daemon:
-    def __init__(self, sock, log):
+    def __init__(self, sock, log, *extra):
         self.sock, self.log = Path(sock), Path(log)
+        self.extra = list(extra)
         self.p = None
 
     def start(self):
         if self.sock.exists():
             self.sock.unlink()
         self.p = subprocess.Popen([str(DAEMON), "--listen", f"unix:{self.sock}", "--key",
-                                   str(KEYS / "rsa2048.gpg"), "--workers", "1"],
+                                   str(KEYS / "rsa2048.gpg"), "--workers", "1", *self.extra],
                                   stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
         wait_path(self.sock)
 
@@ -261,6 +262,40 @@ def test_daemon_down(env, pf):
         p.stop()
         m2.stop()
         down.stop()
+
+
+def test_pooled_connection_closed_by_the_daemon(env):
+    """The milter keeps its daemon connections between mails; the daemon
+    closes idle ones (--idle-timeout) and a restart closes them all.  The
+    next mail on such a connection is sent again on a fresh one, not
+    deferred."""
+    d = env["dir"]
+    idle = Daemon(d / "idle.sock", d / "idle.log", "--idle-timeout", "1s")
+    idle.start()
+    m3 = Milter(d, "milter-idle", idle.sock, concurrency="1")
+    m3.start()
+    p = Postfix(artifacts=env["artifacts"] / "idle",
+                main={"milter_default_action": "tempfail", "milter_protocol": "6"})
+    p.smtpd.options["smtpd_milters"] = f"unix:{m3.sock}"
+    try:
+        p.start()
+        mail = (HDR + "\n").encode() + env["encrypt"](BODY.encode())
+        for i, between in enumerate(["idle", "restart"]):
+            r = p.send(mail, "alice@test.example", ["bob@test.example"])
+            assert r.code == 250, r
+            if between == "idle":
+                time.sleep(2.5)      # past the daemon's idle timeout: it closed the connection
+            else:
+                idle.stop()
+                idle.start()
+        r = p.send(mail, "alice@test.example", ["bob@test.example"])
+        assert r.code == 250, (r, m3.text())
+        got = p.wait_delivered(3)["bob@test.example"]
+        assert all(message_from_bytes(g)["X-Pgpdecd-Status"].startswith("decrypted") for g in got)
+    finally:
+        p.stop()
+        m3.stop()
+        idle.stop()
 
 
 def test_after_queue(env):
