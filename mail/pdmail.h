@@ -117,3 +117,8 @@ int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_rep
 
 /** The SMTP-safe one-line reason for a report: "not decrypted: INTEGRITY". */
 void pd_mail_reason(const struct pd_mail_report *r, char *buf, size_t n);
+
+/** Tests and fuzzing only: answer every piece in-process, as if the daemon had
+ * decrypted it to its own (decoded) ciphertext octets with MDC integrity,
+ * instead of connecting; so that hostile "plaintext" reaches every path. */
+void pd__mail_set_loopback(struct pd_mail *m, bool on);
