@@ -13,6 +13,7 @@
 
 #include "pd-config.h"
 #include "milter-config.h"
+#include "units.h"
 
 enum opt_type { T_STR, T_UINT, T_SIZE, T_MS, T_BOOL, T_MODE, T_ACTION, T_HP };
 
@@ -72,68 +73,6 @@ static int set_defaults(struct pd_milter_config *c)
 	return 0;
 }
 
-/* "123", "64K", "1M", "2G" (binary multiples), as the daemon's. */
-static int parse_size(const char *s, uint64_t *ret)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || *s == '-')
-		return -EINVAL;
-	uint64_t mul = 1;
-	switch (*end) {
-	case 0: break;
-	case 'k': case 'K': mul = 1ull << 10; end++; break;
-	case 'm': case 'M': mul = 1ull << 20; end++; break;
-	case 'g': case 'G': mul = 1ull << 30; end++; break;
-	default: return -EINVAL;
-	}
-	if (*end == 'i' && mul > 1)
-		end++;
-	if (*end == 'B')
-		end++;
-	if (*end || (v && mul > UINT64_MAX / v))
-		return -EINVAL;
-	*ret = v * mul;
-	return 0;
-}
-
-/* "30" (seconds), "500ms", "30s", "5m", "1h". */
-static int parse_ms(const char *s, uint64_t *ret)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || *s == '-')
-		return -EINVAL;
-	uint64_t mul;
-	if (!*end || !strcmp(end, "s"))
-		mul = 1000;
-	else if (!strcmp(end, "ms"))
-		mul = 1;
-	else if (!strcmp(end, "m") || !strcmp(end, "min"))
-		mul = 60000;
-	else if (!strcmp(end, "h"))
-		mul = 3600000;
-	else
-		return -EINVAL;
-	if (v > UINT64_MAX / mul)
-		return -EINVAL;
-	*ret = v * mul;
-	return 0;
-}
-
-static int parse_bool(const char *s, bool *ret)
-{
-	if (!strcasecmp(s, "yes") || !strcasecmp(s, "true") || !strcasecmp(s, "on") || !strcmp(s, "1"))
-		*ret = true;
-	else if (!strcasecmp(s, "no") || !strcasecmp(s, "false") || !strcasecmp(s, "off") || !strcmp(s, "0"))
-		*ret = false;
-	else
-		return -EINVAL;
-	return 0;
-}
-
 static int set_opt(struct pd_milter_config *c, const struct opt *o, const char *val, char *err, size_t errlen,
                    const char *where)
 {
@@ -150,22 +89,22 @@ static int set_opt(struct pd_milter_config *c, const struct opt *o, const char *
 			return fail(err, errlen, "out of memory");
 		break;
 	case T_UINT:
-		if (parse_size(val, &v) < 0 || v > UINT32_MAX)
+		if (pd_parse_size(val, &v) < 0 || v > UINT32_MAX)
 			return fail(err, errlen, "%s%s wants a number, not '%s'", where, o->name, val);
 		*(unsigned *)p = (unsigned)v;
 		break;
 	case T_SIZE:
-		if (parse_size(val, &v) < 0)
+		if (pd_parse_size(val, &v) < 0)
 			return fail(err, errlen, "%s%s wants a size such as 64K or 2G, not '%s'", where, o->name, val);
 		*(uint64_t *)p = v;
 		break;
 	case T_MS:
-		if (parse_ms(val, &v) < 0)
+		if (pd_parse_ms(val, &v) < 0)
 			return fail(err, errlen, "%s%s wants a duration such as 30s or 500ms, not '%s'", where, o->name, val);
 		*(uint64_t *)p = v;
 		break;
 	case T_BOOL:
-		if (parse_bool(val, p) < 0)
+		if (pd_parse_bool(val, p) < 0)
 			return fail(err, errlen, "%s%s wants yes or no, not '%s'", where, o->name, val);
 		break;
 	case T_MODE: {
