@@ -2,9 +2,10 @@
 /*
  * The milter's header edits: a list of header fields (name, value as the
  * MTA passes it: everything after the colon, folds kept as "\n" plus
- * white space, no CR), a parser for the header section of a message in a
- * file, and the diff that turns one list into another with the milter's
- * three operations, per field name:
+ * white space, no CR), and the diff that turns one list into another with
+ * the milter's
+ * three operations, per field name (the new list comes from
+ * pd_mail_header_fields(), GMime's reading of the written message):
  *   - the i-th occurrence (1-based) of a name changes (smfi_chgheader),
  *   - surplus occurrences are deleted from the highest index down, so the
  *     lower indexes stay valid (smfi_chgheader with value NULL),
@@ -12,8 +13,8 @@
  *     order.
  * A field whose value is the same apart from CRs and leading white space is
  * left alone: the MTA's own Received: header, which it passes to the milter
- * before-queue, is never deleted or added again.  No I/O but reading the
- * file; no libmilter, so it is unit-tested alone.
+ * before-queue, is never deleted or added again.  No I/O and no libmilter,
+ * so it is unit-tested alone.
  */
 #pragma once
 
@@ -45,16 +46,6 @@ enum pd_hdr_op {
 int pd_hdr_list_add(struct pd_hdr_list *l, const char *name, const char *value);
 /** Free the fields; the list is empty and reusable after. */
 void pd_hdr_list_clear(struct pd_hdr_list *l);
-
-/**
- * Parse the header section of the message in fd, read from offset 0 (LF or
- * CRLF lines; continuation lines folded into the value as "\n" plus their
- * white space).  Values keep what follows the colon verbatim (leading
- * space included).  *ret_body_off: offset of the first body octet (after
- * the empty line; the file's size if there is none).  0, -EBADMSG for a
- * line that is neither a field nor a continuation, -E2BIG, or -errno.
- */
-int pd_hdr_parse_fd(int fd, struct pd_hdr_list *ret, off_t *ret_body_off);
 
 /**
  * Call op for each edit that turns old into new, in an order the MTA can

@@ -504,15 +504,22 @@ static int replace_body(SMFICTX *ctx, int out_fd, off_t off, uint8_t *a, uint8_t
 	}
 }
 
+static int add_field(void *arg, const char *name, const char *value)
+{
+	return pd_hdr_list_add(arg, name, value);
+}
+
 /* Apply a written message: headers, then the body if it differs. */
 static int apply_output(SMFICTX *ctx, struct conn *c, struct msg *m, int out_fd, struct edit_ctx *e,
                         bool *ret_body)
 {
 	struct pd_hdr_list nh = { 0 };
-	off_t body_off = 0;
-	int r = pd_hdr_parse_fd(out_fd, &nh, &body_off);
-	if (r < 0)
+	int64_t body_off = 0;
+	int r = pd_mail_header_fields(out_fd, add_field, &nh, &body_off);
+	if (r < 0) {
+		pd_hdr_list_clear(&nh);
 		return r;
+	}
 	*e = (struct edit_ctx){ .ctx = ctx, .leadspc = c->leadspc };
 	r = pd_hdr_diff(&m->hdrs, &nh, apply_edit, e);
 	pd_hdr_list_clear(&nh);

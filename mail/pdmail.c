@@ -1317,3 +1317,92 @@ out:
 		*ret = rep;
 	return err;
 }
+
+/* ------------------------------------------------------------------ */
+/* The header fields of a written message */
+
+static int by_offset(const void *a, const void *b)
+{
+	gint64 x = g_mime_header_get_offset(*(GMimeHeader *const *)a);
+	gint64 y = g_mime_header_get_offset(*(GMimeHeader *const *)b);
+	return x < y ? -1 : x > y;
+}
+
+int pd_mail_header_fields(int fd, int (*cb)(void *arg, const char *name, const char *value),
+                          void *arg, int64_t *ret_body_off)
+{
+	int dfd = dup(fd);
+	if (dfd < 0)
+		return -errno;
+	if (lseek(dfd, 0, SEEK_SET) < 0) {
+		int err = -errno;
+		close(dfd);
+		return err;
+	}
+	struct stat st;
+	if (fstat(dfd, &st) < 0) {
+		int err = -errno;
+		close(dfd);
+		return err;
+	}
+	GMimeStream *s = g_mime_stream_fs_new(dfd);
+	GMimeParser *ps = g_mime_parser_new_with_stream(s);
+	g_mime_parser_set_persist_stream(ps, TRUE);
+	GMimeMessage *msg = g_mime_parser_construct_message(ps, NULL);
+	g_object_unref(ps);
+	if (!msg) {
+		g_object_unref(s);
+		return -EBADMSG;
+	}
+	/* GMime keeps the Content-* fields of the top level on the body's
+	 * part; both lists together, in file order, are the header section. */
+	GPtrArray *all = g_ptr_array_new();
+	GMimeObject *objs[2] = { GMIME_OBJECT(msg), g_mime_message_get_mime_part(msg) };
+	for (unsigned k = 0; k < 2; k++) {
+		if (!objs[k])
+			continue;
+		GMimeHeaderList *hl = g_mime_object_get_header_list(objs[k]);
+		for (int i = 0; i < g_mime_header_list_get_count(hl); i++)
+			g_ptr_array_add(all, g_mime_header_list_get_header_at(hl, i));
+	}
+	g_ptr_array_sort(all, by_offset);
+	int err = 0;
+	gint64 end = 0;
+	for (unsigned i = 0; i < all->len && !err; i++) {
+		GMimeHeader *h = g_ptr_array_index(all, i);
+		const char *raw = g_mime_header_get_raw_value(h);
+		gint64 off = g_mime_header_get_offset(h);
+		if (!raw || off < end) {
+			err = -EBADMSG;
+			break;
+		}
+		end = off + (gint64)strlen(g_mime_header_get_raw_name(h)) + 1 + (gint64)strlen(raw);
+		char *v = g_strdup(raw);
+		size_t n = strlen(v);
+		if (n && v[n - 1] == '\n')
+			v[--n] = 0;
+		if (n && v[n - 1] == '\r')
+			v[--n] = 0;
+		err = cb(arg, g_mime_header_get_name(h), v);
+		g_free(v);
+	}
+	g_ptr_array_free(all, TRUE);
+	g_object_unref(msg);
+	g_object_unref(s);
+	if (err)
+		return err;
+	/* The empty line after the last field, if the file goes on. */
+	gint64 body = end;
+	if (end < st.st_size) {
+		char c[2];
+		ssize_t n = pread(fd, c, 2, end);
+		if (n >= 1 && c[0] == '\n')
+			body = end + 1;
+		else if (n == 2 && c[0] == '\r' && c[1] == '\n')
+			body = end + 2;
+		else
+			return -EBADMSG;
+	}
+	*ret_body_off = body;
+	return 0;
+}

@@ -115,6 +115,18 @@ struct pd_mail *pd_mail_free(struct pd_mail *m);
  */
 int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_report *ret);
 
+/**
+ * The header section of the message in fd (read from offset 0), as GMime
+ * parses it: cb(arg, name, value) for each field in order, value being what
+ * follows the colon with folds as written (LF line ends, the field's last
+ * line end dropped).  *ret_body_off: the body's first octet (after the empty
+ * line; the size of the file when there is no body).  For the milter, which
+ * turns the written message into header edits.  0, cb's first nonzero
+ * return, -EBADMSG, or a negative errno.
+ */
+int pd_mail_header_fields(int fd, int (*cb)(void *arg, const char *name, const char *value),
+                          void *arg, int64_t *ret_body_off);
+
 /** The SMTP-safe one-line reason for a report: "not decrypted: INTEGRITY". */
 void pd_mail_reason(const struct pd_mail_report *r, char *buf, size_t n);
 
