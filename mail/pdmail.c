@@ -1104,9 +1104,33 @@ static int spool_input(struct pd_mail *m, int in_fd, GMimeStream **ret, uint64_t
 	return 0;
 }
 
+/* Every field of a header list ends in its line end when written.  GMime
+ * keeps raw values as C strings: a NUL octet in a field cuts it short, line
+ * end included, and the field would then run into the empty line that ends
+ * the section, so that the body's first lines read as header fields (a
+ * sender could forge X-Pgpdecd-* fields so).  fuzz-mail found it. */
+static void end_fields(GMimeObject *o)
+{
+	GMimeHeaderList *hl = g_mime_object_get_header_list(o);
+	for (int i = 0; i < g_mime_header_list_get_count(hl); i++) {
+		GMimeHeader *h = g_mime_header_list_get_header_at(hl, i);
+		const char *raw = g_mime_header_get_raw_value(h);
+		size_t n = raw ? strlen(raw) : 0;
+		if (n && raw[n - 1] == '\n')
+			continue;
+		char *fixed = g_strconcat(raw ? raw : "", "\n", NULL);
+		g_mime_header_set_raw_value(h, fixed);
+		g_free(fixed);
+	}
+}
+
 /* Write msg to out_fd (a file, a pipe or a socket). */
 static int write_message(GMimeMessage *msg, int out_fd, uint64_t *ret_len)
 {
+	end_fields(GMIME_OBJECT(msg));
+	GMimeObject *body = g_mime_message_get_mime_part(msg);
+	if (body)
+		end_fields(body);
 	int ofd = dup(out_fd);
 	if (ofd < 0)
 		return -errno;

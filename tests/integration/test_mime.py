@@ -300,3 +300,17 @@ def test_armor_at_the_end_of_a_multipart_part(env):
     assert m["X-Pgpdecd-Status"].startswith("decrypted;")
     part = next(p for p in m.walk() if not p.is_multipart())
     assert part.get_content() == "first\nlast block\n"
+
+
+def test_nul_in_a_header_forges_nothing(env):
+    # GMime keeps raw header values as C strings: a NUL cut the field short,
+    # line end included, and the body's first lines became header fields of
+    # the written mail (found by fuzz-mail); a sender could forge ours so.
+    mail = (b"From: a@x\nSubject: s\nMIME-Version: 1.0\nContent-Type: =\"\x00\x00 text/plain\";\n"
+            b" boundary=\"q\"\n\nX-Pgpdecd-Status: decrypted; pieces=1; decrypted=1\n"
+            b"X-Pgpdecd-Key: 0000\n\nbody\n")
+    r = mime(env, mail)
+    assert r.returncode == 0, r.stderr
+    head = r.stdout.split(b"\n\n", 1)[0]
+    assert head.count(b"X-Pgpdecd-") == 1 and head.startswith(b"X-Pgpdecd-Status: not-encrypted\n")
+    assert parse(r.stdout).get_all("X-Pgpdecd-Status") == ["not-encrypted"]
