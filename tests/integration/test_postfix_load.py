@@ -10,7 +10,9 @@
   sender keeps it); mail through the after-queue pattern is accepted and
   waits in the deferred queue (Postfix's retry timers are long here: only
   the flush moves it); the daemon back up, the senders retry and
-  `postqueue -f`: every one of them delivered exactly once, decrypted.
+  `postqueue -f`: every one of them delivered exactly once, decrypted;
+- the daemon restarted while the milter is idle (its pooled connections to
+  the old daemon broken): the next mails pass, none deferred.
 
 One Postfix instance, daemon and milter (default configuration) for the
 module; every wait polls with a deadline."""
@@ -133,12 +135,15 @@ def test_500_concurrent(gw):
         assert len(got[msgid]) == 1, (msgid, [x.path for x in got[msgid]])
         check_decrypted(got[msgid][0], plain)
     pf.wait_queue(lambda q: q == [], timeout=60)
+    # postlogd writes the maillog asynchronously: wait for the lines
+    wait_for(lambda: len(re.findall(r"status=sent", pf.log())) >= N_MAILS, "500 status=sent lines")
     log = pf.log()
     assert not re.search(r"status=(deferred|bounced)", log), \
         [l for l in log.splitlines() if re.search(r"status=(deferred|bounced)", l)][:5]
     assert len(re.findall(r"status=sent", log)) == N_MAILS
-    mlog = gw["milter"].text()
-    assert len(re.findall(r": written decrypted status=- pieces=1 decrypted=1", mlog)) == N_MAILS
+    written = r": written decrypted status=- pieces=1 decrypted=1"
+    wait_for(lambda: len(re.findall(written, gw["milter"].text())) >= N_MAILS, "the milter's lines")
+    assert len(re.findall(written, gw["milter"].text())) == N_MAILS
     print(f"\n{N_MAILS} mails, {SENDERS} senders: accepted in {t_smtp:.1f}s "
           f"({N_MAILS / t_smtp:.0f}/s), delivered in {t_all:.1f}s")
 
@@ -178,3 +183,22 @@ def test_daemon_down_then_back(gw):
         check_decrypted(got[msgid][0], plain)
     assert len(pf.messages()) == before + 2 * N_OUTAGE
     assert not re.search(r"status=bounced", pf.log())
+
+
+def test_daemon_restart_idle(gw):
+    """The milter's pooled connections die with the daemon: after a restart
+    with no mail in between, the next mails are decrypted, not deferred."""
+    pf, daemon = gw["pf"], gw["daemon"]
+    before = len(pf.messages())
+    warm = [make_mail("warm", i) for i in range(16)]
+    assert all(c == 250 for c, _ in send_all(pf.port, warm, 8))  # every decryptor used
+    daemon.stop()
+    daemon.start()
+    after = [make_mail("restart", i) for i in range(16)]
+    res = send_all(pf.port, after, 8)
+    assert all(c == 250 for c, _ in res), res
+    pf.wait_delivered(before + 32, timeout=120)
+    got = by_msgid(pf)
+    for msgid, _, plain in warm + after:
+        assert len(got[msgid]) == 1, msgid
+        check_decrypted(got[msgid][0], plain)
