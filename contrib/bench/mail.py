@@ -34,10 +34,8 @@ import platform
 import re
 import shutil
 import smtplib
-import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -137,7 +135,7 @@ def main():
     os.environ["PD_BUILD_DIR"] = str(Path(args.build).resolve())
     sys.path.insert(0, str(SRC / "tests" / "integration"))
     import mailgw
-    from postfix_harness import Postfix, require_postfix  # noqa: F401
+    from postfix_harness import Postfix
     if os.geteuid() != 0:
         sys.exit("bench-mail: needs root (a private Postfix: master(8) starts as root)")
     for p in (mailgw.DAEMON, mailgw.CLIENT, mailgw.MILTER):

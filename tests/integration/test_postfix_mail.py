@@ -24,8 +24,6 @@ import atexit
 import os
 import re
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
