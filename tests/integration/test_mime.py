@@ -314,3 +314,23 @@ def test_nul_in_a_header_forges_nothing(env):
     head = r.stdout.split(b"\n\n", 1)[0]
     assert head.count(b"X-Pgpdecd-") == 1 and head.startswith(b"X-Pgpdecd-Status: not-encrypted\n")
     assert parse(r.stdout).get_all("X-Pgpdecd-Status") == ["not-encrypted"]
+
+
+def test_keep_original(env):
+    mail = inline_mail(env, b"kept\n", subject="orig")
+    r = mime(env, mail, "--keep-original")
+    assert r.returncode == 0, r.stderr
+    m = parse(r.stdout)
+    assert m["X-Pgpdecd-Original"] == "attached"
+    assert m.get_content_type() == "multipart/mixed"
+    first, orig = m.get_payload()
+    assert first.get_content() == "before\nkept\nafter\n"
+    assert orig.get_content_type() == "message/rfc822"
+    assert orig.get_content_disposition() == "attachment"
+    inner = orig.get_payload()[0]
+    # the original as it came: its headers, its armored body
+    assert inner["Subject"] == "orig" and "BEGIN PGP MESSAGE" in inner.get_content()
+    assert parse(mail).get_content() == inner.get_content()
+    # nothing decrypted: nothing to keep beside it
+    plain = b"From: a@x\nSubject: p\n\nplain\n"
+    assert mime(env, plain, "--keep-original").stdout == b"X-Pgpdecd-Status: not-encrypted\n" + plain
