@@ -1229,12 +1229,20 @@ int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_rep
 		struct root top = { .obj = g_object_ref(body), .at = { .owner = r.msg } };
 		g_array_append_val(roots, top);
 	}
-	for (unsigned depth = 0; roots->len && depth <= m->pol.max_depth; depth++) {
+	for (unsigned depth = 0; roots->len; depth++) {
 		unsigned from = r.n;
 		GArray *next = g_array_new(FALSE, FALSE, sizeof(struct root));
 		for (unsigned i = 0; i < roots->len && !err; i++) {
 			struct root *rt = &g_array_index(roots, struct root, i);
 			err = walk(&r, rt->obj, rt->at, 0, depth);
+		}
+		if (!err && r.n > from && depth > m->pol.max_depth) {
+			/* Encrypted deeper than max_depth: left as it is, and LIMIT. */
+			r.over_limit = true;
+			for (unsigned i = from; i < r.n; i++)
+				if (r.p[i].src)
+					g_object_unref(r.p[i].src);
+			r.n = from;
 		}
 		if (!err && r.n > from)
 			err = decrypt_round(&r, from);

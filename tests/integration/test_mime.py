@@ -334,3 +334,30 @@ def test_keep_original(env):
     # nothing decrypted: nothing to keep beside it
     plain = b"From: a@x\nSubject: p\n\nplain\n"
     assert mime(env, plain, "--keep-original").stdout == b"X-Pgpdecd-Status: not-encrypted\n" + plain
+
+
+def test_encrypted_deeper_than_max_depth(env):
+    # PGP/MIME inside PGP/MIME ... 6 deep: 5 levels are decrypted (depth 0
+    # to 4), the sixth is left as it is and the mail fails LIMIT.
+    def pgp_mime(entity: bytes) -> bytes:
+        return (b"Content-Type: multipart/encrypted; protocol=\"application/pgp-encrypted\";"
+                b" boundary=\"b\"\n\n--b\nContent-Type: application/pgp-encrypted\n\nVersion: 1\n\n"
+                b"--b\nContent-Type: application/octet-stream\n\n" + env["encrypt"](entity)
+                + b"\n--b--\n")
+    entity = b"Content-Type: text/plain\n\ninnermost\n"
+    for _ in range(6):
+        entity = pgp_mime(entity)
+    mail = b"From: a@x\nSubject: deep\nMIME-Version: 1.0\n" + entity
+    r = mime(env, mail)
+    assert r.returncode == 65 and r.stderr == b"pgpdecd-client: not decrypted: LIMIT\n"
+    r = mime(env, mail, "--on-failure", "pass")
+    assert r.returncode == 0
+    assert parse(r.stdout)["X-Pgpdecd-Status"] == \
+        "partly-decrypted; pieces=5; decrypted=5; no-key=0; failed=1; status=LIMIT"
+    assert b"innermost" not in r.stdout and r.stdout.count(b"BEGIN PGP MESSAGE") == 1
+    # 5 deep decrypts whole
+    entity = b"Content-Type: text/plain\n\ninnermost\n"
+    for _ in range(5):
+        entity = pgp_mime(entity)
+    r = mime(env, b"From: a@x\nSubject: deep\nMIME-Version: 1.0\n" + entity)
+    assert r.returncode == 0 and b"innermost" in r.stdout and b"BEGIN PGP" not in r.stdout
