@@ -298,6 +298,59 @@ def test_pooled_connection_closed_by_the_daemon(env):
         idle.stop()
 
 
+def test_daemon_over_tls(env):
+    """The milter reaches the daemon over TCP with mutual TLS (connect,
+    tls-ca, tls-cert, tls-key): a mail is decrypted; with a client
+    certificate the daemon does not accept, mail is deferred."""
+    from test_daemon_tls import free_port, make_ca, make_cert, wait_port
+    d = env["dir"] / "pki"
+    d.mkdir()
+    ca = make_ca(d, "ca")
+    other = make_ca(d, "other")
+    srv = make_cert(d, "localhost", ca, 'dns_name = "localhost"\nip_address = "127.0.0.1"\n'
+                    "tls_www_server\nexpiration_days = 30\n")
+    good = make_cert(d, "client", ca, "tls_www_client\nexpiration_days = 30\n")
+    foreign = make_cert(d, "foreign", other, "tls_www_client\nexpiration_days = 30\n")
+    port = free_port()
+    log = open(env["dir"] / "tls-daemon.log", "ab")
+    dp = subprocess.Popen([str(DAEMON), "--listen", f"tcp:127.0.0.1:{port}", "--tls-cert", str(srv[1]),
+                           "--tls-key", str(srv[0]), "--tls-ca", str(ca[1]),
+                           "--key", str(KEYS / "rsa2048.gpg"), "--workers", "1"],
+                          stdout=log, stderr=subprocess.STDOUT)
+    milters = []
+    p = None
+    try:
+        wait_port(port)
+        tls = {"socket": "", "connect": f"127.0.0.1:{port}", "tls-ca": str(ca[1]),
+               "tls-server-name": "localhost"}
+        good_m = Milter(d, "milter-tls", None, **tls, **{"tls-cert": str(good[1]), "tls-key": str(good[0])})
+        bad_m = Milter(d, "milter-tls-bad", None, **tls,
+                       **{"tls-cert": str(foreign[1]), "tls-key": str(foreign[0])})
+        for m in (good_m, bad_m):
+            m.start()
+            milters.append(m)
+        p = Postfix(artifacts=env["artifacts"] / "tls",
+                    main={"milter_default_action": "tempfail", "milter_protocol": "6"})
+        p.smtpd.options["smtpd_milters"] = f"unix:{good_m.sock}"
+        bad_port = p.add_smtpd("badtls", options={"smtpd_milters": f"unix:{bad_m.sock}"})
+        p.start()
+        mail = (HDR + "\n").encode() + env["encrypt"](BODY.encode())
+        r = p.send(mail, "alice@test.example", ["bob@test.example"])
+        assert r.code == 250, (r, good_m.text())
+        got = p.wait_delivered(1)["bob@test.example"][0]
+        assert message_from_bytes(got)["X-Pgpdecd-Status"].startswith("decrypted")
+        r = p.send(mail, "alice@test.example", ["bob@test.example"], port=bad_port)
+        assert r.code == 451, (r, bad_m.text())
+    finally:
+        if p:
+            p.stop()
+        for m in milters:
+            m.stop()
+        dp.terminate()
+        dp.wait(timeout=30)
+        log.close()
+
+
 def test_after_queue(env):
     """main smtpd -> queue -> smtp client -> smtpd with the milter -> queue -> delivery."""
     p = Postfix(artifacts=env["artifacts"] / "after-queue",
