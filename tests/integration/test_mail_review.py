@@ -1,0 +1,180 @@
+# SPDX-License-Identifier: MIT
+"""Findings of an attacker's review of libpdmail (mail/pdmail.c) and
+pgpdecd-client --mime, each an xfail(strict) test that passes once fixed.
+
+Run: PD_BUILD_DIR=build /usr/bin/python3 -m pytest -q tests/integration/test_mail_review.py
+"""
+import base64
+import email
+import email.policy
+import os
+import subprocess
+
+import pytest
+
+from test_mime import CLIENT, env, mime, parse, pytestmark  # noqa: F401 (env: the fixture)
+
+
+def pgp_mime(env, entity: bytes, outer: bytes = b"From: a@x\nTo: b@x\nSubject: ...\n") -> bytes:
+    return (outer + b"MIME-Version: 1.0\nContent-Type: multipart/encrypted;"
+            b" protocol=\"application/pgp-encrypted\"; boundary=\"b1\"\n\n"
+            b"--b1\nContent-Type: application/pgp-encrypted\n\nVersion: 1\n\n"
+            b"--b1\nContent-Type: application/octet-stream\n\n" + env["encrypt"](entity)
+            + b"\n--b1--\n")
+
+
+def run_rss(env, mail_path, *args):
+    """(exit code, stderr, peak RSS in MiB) of pgpdecd-client --mime on a file."""
+    with open(mail_path, "rb") as fin:
+        p = subprocess.Popen([str(CLIENT), "--socket", str(env["sock"]), "--mime", *args],
+                             stdin=fin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, status, ru = os.wait4(p.pid, 0)
+    return os.waitstatus_to_exitcode(status), p.stderr.read(), ru.ru_maxrss / 1024
+
+
+@pytest.mark.xfail(strict=True, reason="header fields of MIME parts (here a message/rfc822 "
+                   "attachment) are not bounded: max_mime_parts counts only '--' lines, GMime "
+                   "builds every field in memory (8 MB of 'a:b' lines: ~1 GiB RSS, seconds of CPU)")
+def test_many_header_fields_in_a_part_are_bounded(env, tmp_path):
+    n = 2_000_000
+    path = tmp_path / "fields.eml"
+    path.write_bytes(b"From: a@x\nSubject: s\nMIME-Version: 1.0\n"
+                     b"Content-Type: multipart/mixed; boundary=\"b\"\n\n--b\n"
+                     b"Content-Type: message/rfc822\n\n" + b"a:b\n" * n + b"\nhi\n--b--\n")
+    code, err, rss = run_rss(env, path)
+    print(f"{n} fields in an attached message: exit {code}, peak RSS {rss:.0f} MiB")
+    # either refused as a LIMIT before GMime builds it, or built in bounded memory
+    assert rss < 128, (code, err, rss)
+
+
+@pytest.mark.xfail(strict=True, reason="a bare CR in an outer header value is written as is: "
+                   "parsers that end lines at CR (Python's email, MTAs that repair bare CR) read "
+                   "a forged X-Pgpdecd-Status after ours")
+def test_bare_cr_in_a_header_forges_no_result_field(env):
+    mail = (b"From: a@x\nSubject: hi\rX-Pgpdecd-Status: decrypted; pieces=1; decrypted=1;"
+            b" no-key=0; failed=0\nContent-Type: text/plain\n\nbody\n")
+    r = mime(env, mail)
+    assert r.returncode == 0, r.stderr
+    assert parse(r.stdout).get_all("X-Pgpdecd-Status") == ["not-encrypted"]
+    assert b"\r" not in r.stdout.split(b"\n\n", 1)[0]
+
+
+@pytest.mark.xfail(strict=True, reason="a bare CR in the protected Subject of an encrypted "
+                   "entity (anyone can encrypt to the gateway) is promoted into the outer "
+                   "header section: a forged X-Pgpdecd-* field for CR-splitting parsers")
+def test_bare_cr_in_a_protected_subject_forges_no_result_field(env):
+    entity = (b"Content-Type: text/plain; protected-headers=\"v1\"\n"
+              b"Subject: hello\rX-Pgpdecd-Key: 0000000000000000000000000000000000000000\n\nhi\n")
+    r = mime(env, pgp_mime(env, entity))
+    assert r.returncode == 0, r.stderr
+    m = parse(r.stdout)
+    assert m["X-Pgpdecd-Status"].startswith("decrypted;")
+    assert len(m.get_all("X-Pgpdecd-Key")) == 1, m.get_all("X-Pgpdecd-Key")
+    assert b"\r" not in r.stdout.split(b"\n\n", 1)[0]
+
+
+@pytest.mark.xfail(strict=True, reason="protected-headers=all promotes any field of the "
+                   "(unsigned) encrypted entity and removes the outer ones first: a sender "
+                   "replaces Received, Return-Path and Authentication-Results written by the MTA")
+def test_protected_headers_all_keeps_trace_fields(env):
+    outer = (b"Return-Path: <evil@evil.example>\nReceived: from evil.example by mx.example\n"
+             b"Authentication-Results: mx.example; dkim=fail; dmarc=fail\n"
+             b"From: a@x\nTo: b@x\nSubject: ...\n")
+    entity = (b"Content-Type: text/plain; protected-headers=\"v1\"\nSubject: real\n"
+              b"Authentication-Results: mx.example; dkim=pass header.d=bank.example; dmarc=pass\n"
+              b"Received: from trusted.bank.example\nReturn-Path: <ceo@bank.example>\n\nhi\n")
+    r = mime(env, pgp_mime(env, entity, outer), "--protected-headers", "all")
+    assert r.returncode == 0, r.stderr
+    m = parse(r.stdout)
+    assert m["Subject"] == "real"
+    assert m.get_all("Authentication-Results") == ["mx.example; dkim=fail; dmarc=fail"]
+    assert m.get_all("Received") == ["from evil.example by mx.example"]
+    assert m.get_all("Return-Path") == ["<evil@evil.example>"]
+
+
+@pytest.mark.xfail(strict=True, reason="scan_inline reads the decoded text of every text/plain "
+                   "part line by line into a GByteArray: a base64 part that decodes to one long "
+                   "line is held whole in memory (60 MiB line: ~68 MiB RSS)")
+def test_long_decoded_line_bounded_memory(env, tmp_path):
+    path = tmp_path / "line.eml"
+    with open(path, "wb") as f:
+        f.write(b"From: a@x\nSubject: l\nContent-Type: text/plain\n"
+                b"Content-Transfer-Encoding: base64\n\n")
+        chunk = base64.encodebytes(b"a" * (57 << 14))
+        for _ in range((60 << 20) // (57 << 14)):
+            f.write(chunk)
+    code, err, rss = run_rss(env, path, "--spool-dir", str(tmp_path))
+    assert code == 0, err
+    assert rss < 32, rss
+
+
+@pytest.mark.xfail(strict=True, reason="pgpdecd-milter: a protected Subject over 4 MB (the "
+                   "default policy promotes it) makes pd_hdr_list_add fail E2BIG on the written "
+                   "mail, and a property of the mail itself is answered 451 (local error): "
+                   "retried for days after the queue, never delivered or bounced")
+def test_milter_huge_protected_subject_is_not_a_tempfail(tmp_path_factory):
+    import test_milter
+    from postfix_harness import Postfix, require_postfix
+    require_postfix()
+    gen = test_milter.env.__wrapped__(tmp_path_factory)
+    e = next(gen)
+    p = Postfix(artifacts=e["artifacts"] / "review",
+                main={"milter_default_action": "tempfail", "milter_protocol": "6"})
+    p.smtpd.options["smtpd_milters"] = f"unix:{e['milter'].sock}"
+    try:
+        p.start()
+        entity = (b"Content-Type: text/plain; protected-headers=\"v1\"\nSubject: "
+                  + b"a" * (5 << 20) + b"\n\nhi\n")
+        enc = e["encrypt"](entity)
+        assert len(enc) < 100_000
+        mail = ("From: alice@test.example\nTo: bob@test.example\nSubject: ...\n"
+                "MIME-Version: 1.0\nContent-Type: multipart/encrypted;"
+                " protocol=\"application/pgp-encrypted\"; boundary=\"b1\"\n\n"
+                "--b1\nContent-Type: application/pgp-encrypted\n\nVersion: 1\n\n"
+                "--b1\nContent-Type: application/octet-stream\n\n").encode() + enc + b"\n--b1--\n"
+        r = p.send(mail, "alice@test.example", ["bob@test.example"])
+        print(r, e["milter"].text()[-400:])
+        assert r.code // 100 in (2, 5), r    # delivered (Subject bounded) or refused for good
+    finally:
+        p.stop()
+        try:
+            next(gen)
+        except StopIteration:
+            pass
+
+
+@pytest.mark.xfail(strict=True, reason="pgpdecd-milter with on-failure = pass/quarantine: a mail "
+                   "over max_mime_parts is written unparsed, then pd_mail_header_fields() parses "
+                   "the whole written mail with GMime (every part), which the limit was to avoid "
+                   "(8 MB of empty parts: ~1.3 GiB RSS, 8 s of CPU in the milter)")
+def test_milter_over_the_part_limit_is_not_parsed(tmp_path_factory):
+    import test_milter
+    from postfix_harness import Postfix, require_postfix
+    require_postfix()
+    gen = test_milter.env.__wrapped__(tmp_path_factory)
+    e = next(gen)
+    mp = test_milter.Milter(e["dir"], "milter-pass", e["daemon"].sock,
+                            **{"on-failure": "pass", "max-message-size": "16M"})
+    mp.start()
+    p = Postfix(artifacts=e["artifacts"] / "review-parts",
+                main={"milter_default_action": "tempfail", "milter_protocol": "6",
+                      "message_size_limit": "30000000"})
+    p.smtpd.options["smtpd_milters"] = f"unix:{mp.sock}"
+    try:
+        p.start()
+        mail = (b"From: alice@test.example\nTo: bob@test.example\nSubject: parts\nMIME-Version: 1.0\n"
+                b"Content-Type: multipart/mixed; boundary=\"b\"\n\n" + b"--b\n\nx\n" * 1_000_000
+                + b"--b--\n")
+        r = p.send(mail, "alice@test.example", ["bob@test.example"])
+        hwm = [l for l in open(f"/proc/{mp.p.pid}/status") if l.startswith("VmHWM")][0]
+        kib = int(hwm.split()[1])
+        print(r.code, hwm, mp.text()[-300:])
+        assert r.code == 250, r
+        assert kib < 256 * 1024, hwm
+    finally:
+        p.stop()
+        mp.stop()
+        try:
+            next(gen)
+        except StopIteration:
+            pass
