@@ -16,6 +16,7 @@ test_postfix_load.py) and contrib/bench/mail.py:
 
 Every wait polls with a deadline; nothing sleeps a fixed time."""
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -50,6 +51,22 @@ def wait_for(pred, what, timeout=60, proc=None, log=None):
         time.sleep(0.02)
 
 
+def _stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return "killed: no exit within 60s of SIGTERM"
+
+
+def _check_exit(what, rc, log):
+    text = Path(log).read_text(errors="replace")
+    bad = [l for l in text.splitlines() if "Sanitizer" in l or "runtime error:" in l]
+    assert rc == 0 and not bad, f"{what} exited {rc}:\n" + "\n".join(bad or text.splitlines()[-20:])
+
+
 class Daemon:
     def __init__(self, root, log, workers=2, extra=()):
         self.dir = Path(root) / "pgpdecd"
@@ -72,15 +89,12 @@ class Daemon:
         return self
 
     def stop(self):
+        """SIGTERM; asserts a clean exit (0: a sanitizer report fails it)."""
         if self.proc:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            rc = _stop(self.proc)
             self.log.close()
             self.proc = None
+            _check_exit("pgpdecd", rc, self.logpath)
 
 
 class Milter:
@@ -113,15 +127,12 @@ class Milter:
         return self
 
     def stop(self):
+        """SIGTERM; asserts a clean exit (0: a sanitizer report fails it)."""
         if self.proc:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            rc = _stop(self.proc)
             self.log.close()
             self.proc = None
+            _check_exit("pgpdecd-milter", rc, self.logpath)
 
     def text(self):
         return self.logpath.read_text(errors="replace")
@@ -151,3 +162,22 @@ def after_queue(pf, milter_spec, name="pgpdecrypt"):
     aport = pf.add_smtpd("aq", options={"content_filter": f"{name}:[127.0.0.1]:{mport}",
                                         "smtpd_milters": ""})
     return aport, mport
+
+
+def stop_all(pf, milter, daemon, root, artifacts):
+    """Stop all three whatever fails, keep the milter's and daemon's logs in
+    artifacts, remove root (unless PD_KEEP_POSTFIX=1); then raise the first
+    failure (an unclean exit)."""
+    errors = []
+    for stop in (pf.stop, milter.stop, daemon.stop):
+        try:
+            stop()
+        except Exception as e:  # noqa: BLE001 - collected, raised below
+            errors.append(e)
+    for p in (milter.logpath, daemon.logpath):
+        if p.exists() and Path(artifacts) not in p.parents:
+            shutil.copy(p, Path(artifacts) / p.name)
+    if os.environ.get("PD_KEEP_POSTFIX", "") in ("", "0"):
+        shutil.rmtree(root, ignore_errors=True)
+    if errors:
+        raise errors[0]

@@ -17,10 +17,8 @@
 One Postfix instance, daemon and milter (default configuration) for the
 module; every wait polls with a deadline."""
 import collections
-import os
 import random
 import re
-import shutil
 import smtplib
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +28,8 @@ import pytest
 
 import pgp
 from mailcorpus import PUBLIC_KEY
-from mailgw import CLIENT, DAEMON, MILTER, Daemon, Milter, after_queue, wait_for, workdir
+from mailgw import (CLIENT, DAEMON, MILTER, Daemon, Milter, after_queue, stop_all, wait_for,
+                    workdir)
 from postfix_harness import Postfix, require_postfix
 
 pytestmark = pytest.mark.skipif(
@@ -94,12 +93,7 @@ def gw(tmp_path_factory):
     aq_port, _ = after_queue(pf, milter.spec)
     pf.start()
     yield {"pf": pf, "daemon": daemon, "milter": milter, "aq_port": aq_port}
-    pf.stop()
-    milter.stop()
-    daemon.stop()
-    shutil.copy(milter.logpath, art / "milter.log")
-    if os.environ.get("PD_KEEP_POSTFIX", "") in ("", "0"):
-        shutil.rmtree(root, ignore_errors=True)
+    stop_all(pf, milter, daemon, root, art)
 
 
 def by_msgid(pf):

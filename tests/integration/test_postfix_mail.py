@@ -28,7 +28,8 @@ import shutil
 import pytest
 
 import mailcorpus
-from mailgw import CLIENT, DAEMON, MILTER, Daemon, Milter, after_queue, wait_for, workdir
+from mailgw import (CLIENT, DAEMON, MILTER, Daemon, Milter, after_queue, stop_all, wait_for,
+                    workdir)
 from postfix_harness import TEST_GROUP, TEST_USER, Postfix, ensure_user, require_postfix
 
 pytestmark = pytest.mark.skipif(
@@ -88,14 +89,7 @@ def gw(tmp_path_factory):
     pf.start()
     yield {"pf": pf, "daemon": daemon, "milter": milter, "archive": archive, "root": root,
            "archive_port": archive_port, "aq_port": aq_port, "corpus": corpus_obj()}
-    pf.stop()
-    milter.stop()
-    daemon.stop()
-    for p in (milter.logpath,):
-        if p.exists():
-            shutil.copy(p, art / p.name)
-    if os.environ.get("PD_KEEP_POSTFIX", "") in ("", "0"):
-        shutil.rmtree(root, ignore_errors=True)
+    stop_all(pf, milter, daemon, root, art)
 
 
 def wait_message(pf, qid, recipient=None, timeout=60):
@@ -123,11 +117,14 @@ def check_bounce_text(text, status):
 
 # -- the archive pipe(8) transport -----------------------------------------
 
-@pytest.mark.parametrize("name", CASES)
-def test_archive(gw, name):
+WIRES = [(n, "crlf") for n in CASES] + [(n, "raw") for n in WIRE_CASES]
+
+
+@pytest.mark.parametrize("name,wire", WIRES)
+def test_archive(gw, name, wire):
     pf, case = gw["pf"], gw["corpus"].case(name)
-    snd = sender_for("arch", name)
-    r = pf.send(case.raw, snd, ["archive@test.example"], port=gw["archive_port"])
+    snd = sender_for(f"arch-{wire}", name)
+    r = pf.send(case.raw, snd, ["archive@test.example"], port=gw["archive_port"], wire=wire)
     assert r.code == 250 and r.queue_id, r
     qid = r.queue_id
     m = pf.wait_log(rf"{qid}: to=<archive@test.example>, relay=pgparchive, .*"
@@ -165,7 +162,7 @@ def milter_send(gw, case, wire, port=None, tag="bq"):
     return snd, r
 
 
-@pytest.mark.parametrize("name,wire", [(n, "crlf") for n in CASES] + [(n, "raw") for n in WIRE_CASES])
+@pytest.mark.parametrize("name,wire", WIRES)
 def test_milter_before_queue(gw, name, wire):
     pf, case = gw["pf"], gw["corpus"].case(name)
     snd, r = milter_send(gw, case, wire)
