@@ -704,6 +704,22 @@ static void put_in_place(struct place at, GMimeObject *old, GMimeObject *new)
 		g_object_unref(prev);
 }
 
+/* The fields protected headers may replace (policy all): what a reader is
+ * shown or replies with (RFC 5322 sections 3.6.2 to 3.6.5).  Never trace
+ * or gateway fields (Received, Return-Path, Authentication-Results, ...):
+ * the sender writes the protected section and must not replace those. */
+static bool promotable(const char *name)
+{
+	static const char *const names[] = {
+		"Subject", "From", "Sender", "Reply-To", "To", "Cc", "Date", "Message-ID",
+		"In-Reply-To", "References", "Keywords", "Comments",
+	};
+	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (ieq(name, names[i]))
+			return true;
+	return false;
+}
+
 /* Protected headers of a decrypted entity that becomes msg's body. */
 static void apply_protected_headers(struct run *r, GMimeMessage *owner, GMimeObject *entity)
 {
@@ -719,16 +735,14 @@ static void apply_protected_headers(struct run *r, GMimeMessage *owner, GMimeObj
 		if (pol == PD_MAIL_HP_ALL)
 			for (int i = 0; i < g_mime_header_list_get_count(hl); i++) {
 				const char *name = g_mime_header_get_name(g_mime_header_list_get_header_at(hl, i));
-				if (!is_content_header(name) && !is_ours(name) && !ieq(name, "HP-Outer"))
+				if (promotable(name))
 					while (g_mime_object_remove_header(oo, name))
 						;
 			}
 		for (int i = 0; i < g_mime_header_list_get_count(hl); i++) {
 			GMimeHeader *h = g_mime_header_list_get_header_at(hl, i);
 			const char *name = g_mime_header_get_name(h);
-			if (is_content_header(name) || is_ours(name) || ieq(name, "HP-Outer"))
-				continue;
-			if (pol == PD_MAIL_HP_SUBJECT && !ieq(name, "Subject"))
+			if (!promotable(name) || (pol == PD_MAIL_HP_SUBJECT && !ieq(name, "Subject")))
 				continue;
 			const char *raw = g_mime_header_get_raw_value(h);
 			GMimeHeaderList *ol = g_mime_object_get_header_list(oo);

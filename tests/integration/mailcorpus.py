@@ -101,6 +101,11 @@ RESULT_HEADERS = ("x-pgpdecd-status", "x-pgpdecd-key", "x-pgpdecd-integrity",
                   "x-pgpdecd-signatures")
 # Header fields of an inner entity that are not protected headers to copy.
 NOT_PROTECTED = {"hp-outer", "autocrypt-gossip", "mime-version"}
+# What protected headers may replace with policy "all": the fields a reader
+# sees or replies with; never trace or gateway fields (Received,
+# Authentication-Results...), nor fields like Chat-Version, which stay inside.
+PROMOTABLE = {"subject", "from", "sender", "reply-to", "to", "cc", "date", "message-id",
+              "in-reply-to", "references", "keywords", "comments"}
 
 
 # --------------------------------------------------------------------------
@@ -1279,7 +1284,7 @@ def expected_headers(case, header_policy="default"):
           if not k.startswith("content-") and k != "mime-version" and not k.startswith("x-pgpdecd-")]
     prot = {k.lower(): _norm(v) for k, v in case.expected.protected.items()}
     if header_policy == "all":
-        repl = prot
+        repl = {k: v for k, v in prot.items() if k in PROMOTABLE}
     elif header_policy == "default":
         repl = {k: v for k, v in prot.items() if k == "subject"}
     else:

@@ -120,7 +120,10 @@ def test_checker_accepts_ideal(corpus, name):
     mc.check_delivered(c, mc.render_ideal(c))
 
 
-@pytest.mark.parametrize("name", ["deltachat", "rfc9788", "thunderbird"])
+# (deltachat's protected fields beyond Subject equal its outer ones, and its
+# Chat-Version is not a field protected headers replace: "all" and the
+# default give the same mail there)
+@pytest.mark.parametrize("name", ["rfc9788", "thunderbird"])
 def test_checker_policy_all(corpus, name):
     c = corpus.case(name)
     ideal = mc.render_ideal(c, header_policy="all")

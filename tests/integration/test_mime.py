@@ -361,3 +361,25 @@ def test_encrypted_deeper_than_max_depth(env):
         entity = pgp_mime(entity)
     r = mime(env, b"From: a@x\nSubject: deep\nMIME-Version: 1.0\n" + entity)
     assert r.returncode == 0 and b"innermost" in r.stdout and b"BEGIN PGP" not in r.stdout
+
+
+def test_protected_section_replaces_no_trace_fields(env):
+    # With --protected-headers all, the protected section (written by the
+    # sender) replaces what a reader sees, never the gateway's trace and
+    # authentication fields.
+    entity = (b"Content-Type: text/plain; protected-headers=\"v1\"\nSubject: real\n"
+              b"From: inner@x\nReceived: from forged.example\n"
+              b"Authentication-Results: gw.example; dkim=pass\nX-Spam-Flag: NO\n\nbody\n")
+    mail = (b"Received: from mx.example by gw.example\n"
+            b"Authentication-Results: gw.example; dkim=fail\nX-Spam-Flag: YES\n"
+            b"From: outer@x\nSubject: ...\nMIME-Version: 1.0\n"
+            b"Content-Type: multipart/encrypted; protocol=\"application/pgp-encrypted\"; boundary=\"b\"\n\n"
+            b"--b\nContent-Type: application/pgp-encrypted\n\nVersion: 1\n\n"
+            b"--b\nContent-Type: application/octet-stream\n\n" + env["encrypt"](entity) + b"\n--b--\n")
+    r = mime(env, mail, "--protected-headers", "all")
+    assert r.returncode == 0, r.stderr
+    m = parse(r.stdout)
+    assert m["Subject"] == "real" and m["From"] == "inner@x"
+    assert m.get_all("Received") == ["from mx.example by gw.example"]
+    assert m.get_all("Authentication-Results") == ["gw.example; dkim=fail"]
+    assert m.get_all("X-Spam-Flag") == ["YES"]
