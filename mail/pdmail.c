@@ -1118,11 +1118,14 @@ static int spool_input(struct pd_mail *m, int in_fd, GMimeStream **ret, uint64_t
 	return 0;
 }
 
-/* Every field of a header list ends in its line end when written.  GMime
- * keeps raw values as C strings: a NUL octet in a field cuts it short, line
- * end included, and the field would then run into the empty line that ends
- * the section, so that the body's first lines read as header fields (a
- * sender could forge X-Pgpdecd-* fields so).  fuzz-mail found it. */
+/* Every field of a header list is written as one field.  GMime keeps raw
+ * values as C strings: a NUL octet cuts a value short, line end included,
+ * and the field ran into the empty line that ends the section, so that the
+ * body's first lines read as header fields (found by fuzz-mail).  A bare CR
+ * (dos2unix keeps it) ends a line for parsers that split at CR: a field
+ * "Subject: hi\rX-Pgpdecd-Status: ..." forged one of ours (found in
+ * review).  So each value ends in its line end, and a CR in it becomes a
+ * space; the section is written with LF line ends only. */
 static void end_fields(GMimeObject *o)
 {
 	GMimeHeaderList *hl = g_mime_object_get_header_list(o);
@@ -1130,9 +1133,12 @@ static void end_fields(GMimeObject *o)
 		GMimeHeader *h = g_mime_header_list_get_header_at(hl, i);
 		const char *raw = g_mime_header_get_raw_value(h);
 		size_t n = raw ? strlen(raw) : 0;
-		if (n && raw[n - 1] == '\n')
+		if (n && raw[n - 1] == '\n' && !strchr(raw, '\r'))
 			continue;
-		char *fixed = g_strconcat(raw ? raw : "", "\n", NULL);
+		char *fixed = g_strconcat(raw ? raw : "", n && raw[n - 1] == '\n' ? "" : "\n", NULL);
+		for (char *c = fixed; *c; c++)
+			if (*c == '\r')
+				*c = ' ';
 		g_mime_header_set_raw_value(h, fixed);
 		g_free(fixed);
 	}
@@ -1189,6 +1195,10 @@ static int write_unparsed(GMimeStream *spool, int out_fd, const struct pd_mail_r
 			dropping = l->len >= sizeof(HDR_PREFIX) - 1 &&
 			           g_ascii_strncasecmp((char *)l->data, HDR_PREFIX, sizeof(HDR_PREFIX) - 1) == 0;
 		}
+		if (in_header) /* a bare CR ends a line for some parsers: see end_fields() */
+			for (guint k = 0; k < l->len; k++)
+				if (l->data[k] == '\r' || l->data[k] == 0)
+					l->data[k] = ' ';
 		if (!dropping || !in_header)
 			err = g_mime_stream_write(os, (char *)l->data, l->len) < 0 ? -EIO : 0;
 	}
