@@ -12,7 +12,8 @@
   the flush moves it); the daemon back up, the senders retry and
   `postqueue -f`: every one of them delivered exactly once, decrypted;
 - the daemon restarted while the milter is idle (its pooled connections to
-  the old daemon broken): the next mails pass, none deferred.
+  the old daemon broken): the next mails pass, none deferred;
+- contrib/bench-mail.sh runs (tiny counts) and prints its whole table.
 
 One Postfix instance, daemon and milter (default configuration) for the
 module; every wait polls with a deadline."""
@@ -196,3 +197,21 @@ def test_daemon_restart_idle(gw):
     for msgid, _, plain in warm + after:
         assert len(got[msgid]) == 1, msgid
         check_decrypted(got[msgid][0], plain)
+
+
+def test_bench_mail_runs():
+    """contrib/bench-mail.sh, tiny: it runs and prints its one table (every
+    path, every row; its own Postfix, daemon and milter)."""
+    import subprocess
+    from mailgw import BUILD, SRC
+    require_postfix()
+    r = subprocess.run([str(SRC / "contrib" / "bench-mail.sh"), "--build", str(BUILD),
+                        "--requests", "12", "--small", "2", "--large", "1"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [l for l in r.stdout.splitlines() if re.match(r"^\| (daemon|client|postfix)", l)]
+    paths = [l.split("|")[1].strip() for l in rows]
+    assert paths == ["daemon", "client --mime", "postfix", "postfix+milter"] * 2, r.stdout
+    for l in rows:
+        cells = [c.strip() for c in l.strip("|").split("|")]
+        assert float(cells[5]) > 0 and float(cells[8]) > 0, l
