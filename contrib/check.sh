@@ -29,7 +29,7 @@ PKGS_BUILD="meson ninja-build pkg-config gcc libc6-dev libgcrypt20-dev libgpg-er
 # postfix and swaks: tests/integration/test_postfix_real.py runs a private
 # Postfix instance on loopback (tests/integration/postfix_harness.py)
 PKGS_TEST="python3 python3-pytest python3-cryptography gnupg sq rnp sqop gosop gnutls-bin
- systemd scdoc man-db groff-base lintian debhelper devscripts postfix swaks"
+ systemd scdoc man-db groff-base lintian debhelper devscripts postfix swaks time"
 # contrib/fuzz.sh: clang, and libFuzzer's runtime (libclang_rt.fuzzer, in
 # libclang-rt-14-dev on Debian 12)
 PKGS_FUZZ="clang libclang-rt-14-dev"

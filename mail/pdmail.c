@@ -41,6 +41,16 @@ struct pd_mail {
 
 enum piece_kind { PK_PGPMIME, PK_ATTACH, PK_INLINE };
 
+/* What GMime will build in memory for a text, counted before it is parsed:
+ * lines that start with "--" (each MIME part and level of nesting needs
+ * one) and lines that look like a header field ("name:" or "name :"; every
+ * field of every part becomes an object).  Counted chunk by chunk. */
+enum { LC_INSIDE, LC_START, LC_DASH, LC_NAME, LC_NAME_WS };
+struct line_count {
+	int state;                 /* LC_*: where in a line the last chunk ended */
+	uint64_t dashes, fields;
+};
+
 /* Where an object sits: the body of a message, or a child of a multipart.
  * Recorded by the walk, so that replacing needs no search of the tree. */
 struct place {
@@ -69,8 +79,7 @@ struct piece {
 	GMimeStream *src;          /* ciphertext, decoded from its transfer encoding */
 	int out_fd;                /* plaintext spool (unlinked) */
 	int write_err;             /* a failed write to out_fd */
-	int line_state;            /* PK_PGPMIME: lines of the plaintext that start with "--" */
-	uint64_t dashes;
+	struct line_count lines;   /* PK_PGPMIME: of the plaintext, the entity to parse */
 	unsigned depth;
 	struct text_job *tj;       /* PK_INLINE: the text part and its blocks */
 	gint64 begin, end;         /* PK_INLINE: the block in the decoded text */
@@ -108,6 +117,7 @@ void pd_mail_policy_default(struct pd_mail_policy *p)
 		.max_depth = 4,
 		.max_parts = 64,
 		.max_mime_parts = 10000,
+		.max_header_fields = 50000,
 	};
 }
 
@@ -191,6 +201,8 @@ int pd_mail_new(struct pd_mail **ret, const struct pdc_config *cfg, const struct
 		pd_mail_policy_default(&m->pol);
 	if (m->pol.max_mime_parts == 0)
 		m->pol.max_mime_parts = 10000;
+	if (m->pol.max_header_fields == 0)
+		m->pol.max_header_fields = 50000;
 	if (m->pol.max_parts == 0 || m->pol.max_parts > MAX_PIECES_HARD)
 		m->pol.max_parts = m->pol.max_parts ? MAX_PIECES_HARD : 64;
 	*ret = m;
@@ -336,7 +348,8 @@ static struct piece *add_piece(struct run *r, enum piece_kind k, GMimeObject *ob
 		r->cap = cap;
 	}
 	struct piece *p = &r->p[r->n++];
-	*p = (struct piece){ .kind = k, .obj = obj, .at = at, .out_fd = -1, .depth = depth, .line_state = 1 };
+	*p = (struct piece){ .kind = k, .obj = obj, .at = at, .out_fd = -1, .depth = depth,
+	                     .lines = { .state = LC_START } };
 	return p;
 }
 
@@ -362,29 +375,46 @@ static int scan_inline(struct run *r, GMimePart *part, struct place at, unsigned
 	g_mime_stream_reset(text);
 
 	/* Line by line through the filter; after each END marker note the
-	 * block and start over for the next one. */
+	 * block and start over for the next one.  Lines are read in bounded
+	 * pieces: a line longer than any armor line (76 octets, RFC 9580
+	 * section 6.2) is skipped to its end and the filter starts over after
+	 * it, so a text of one huge line costs no more memory than any other. */
 	GMimeStream *buffered = g_mime_stream_buffer_new(text, GMIME_STREAM_BUFFER_BLOCK_READ);
 	GMimeFilter *f = g_mime_filter_openpgp_new();
 	GMimeFilterOpenPGP *fo = GMIME_FILTER_OPENPGP(f);
-	GByteArray *line = g_byte_array_new();
+	char line[1024];
 	gint64 base = 0, pos = 0;
 	unsigned first = r->n, n = 0;
 	for (;;) {
-		g_byte_array_set_size(line, 0);
-		g_mime_stream_buffer_readln(buffered, line);
+		ssize_t len = g_mime_stream_buffer_gets(buffered, line, sizeof(line));
 		char *out;
 		size_t outlen, outpre;
-		if (line->len == 0) {
+		if (len > 0 && (size_t)len == sizeof(line) - 1 && line[len - 1] != '\n') {
+			/* Too long for armor: skip it, start over after it. */
+			pos += len;
+			while ((len = g_mime_stream_buffer_gets(buffered, line, sizeof(line))) > 0) {
+				pos += len;
+				if (line[len - 1] == '\n')
+					break;
+			}
+			g_mime_filter_reset(f);
+			base = pos;
+			if (len <= 0)
+				break;
+			continue;
+		}
+		if (len <= 0) {
 			/* The last line of a part has no line end when a MIME boundary
 			 * follows it (RFC 2046: that line end is the boundary's). */
+			len = 0;
 			if (fo->state != GMIME_OPENPGP_BEGIN_PGP_MESSAGE)
 				break;
 			g_mime_filter_filter(f, (char *)"\n", 1, 0, &out, &outlen, &outpre);
 			if (fo->state != GMIME_OPENPGP_END_PGP_MESSAGE)
 				break;
 		} else {
-			g_mime_filter_filter(f, (char *)line->data, line->len, 0, &out, &outlen, &outpre);
-			pos += line->len;
+			g_mime_filter_filter(f, line, (size_t)len, 0, &out, &outlen, &outpre);
+			pos += len;
 		}
 		if (fo->state == GMIME_OPENPGP_END_PGP_MESSAGE) {
 			struct piece *p = add_piece(r, PK_INLINE, GMIME_OBJECT(part), at, depth);
@@ -395,11 +425,11 @@ static int scan_inline(struct run *r, GMimePart *part, struct place at, unsigned
 			n++;
 			g_mime_filter_reset(f);
 			base = pos;
-			if (line->len == 0)
+			if (len == 0)
 				break;
 		}
 	}
-	g_byte_array_free(line, TRUE);
+	explicit_bzero(line, sizeof(line));
 	g_object_unref(f);
 	g_object_unref(buffered);
 	if (n == 0) {
@@ -509,13 +539,14 @@ static ssize_t piece_read(void *arg, uint8_t *buf, size_t cap)
 	return n;
 }
 
-static uint64_t count_dash_lines(const char *p, size_t n, int *state);
+static void count_lines(const char *p, size_t n, struct line_count *lc);
+static bool over_lines(const struct pd_mail_policy *pol, const struct line_count *lc);
 
 static int piece_data(void *arg, const uint8_t *d, size_t n)
 {
 	struct piece *p = arg;
 	if (p->kind == PK_PGPMIME)
-		p->dashes += count_dash_lines((const char *)d, n, &p->line_state);
+		count_lines((const char *)d, n, &p->lines);
 	while (n) {
 		ssize_t w = write(p->out_fd, d, n);
 		if (w < 0) {
@@ -581,8 +612,7 @@ static int rewind_round(struct run *r, unsigned from)
 		memset(&p->res, 0, sizeof(p->res));
 		p->done = false;
 		p->write_err = 0;
-		p->dashes = 0;
-		p->line_state = 1;
+		p->lines = (struct line_count){ .state = LC_START };
 	}
 	return 0;
 }
@@ -924,7 +954,7 @@ static int settle_round(struct run *r, unsigned from, GArray *next)
 			return p->write_err;
 		/* A request that never got its on_done was never answered. */
 		p->st = p->done ? classify(&p->res) : PS_UNAVAILABLE;
-		if (p->st == PS_OK && p->kind == PK_PGPMIME && p->dashes > r->m->pol.max_mime_parts) {
+		if (p->st == PS_OK && p->kind == PK_PGPMIME && over_lines(&r->m->pol, &p->lines)) {
 			/* A decrypted entity is parsed as the mail is: within the same bound. */
 			p->st = PS_FAILED;
 			p->res.status = 16;
@@ -1034,25 +1064,49 @@ static void add_result_headers(struct run *r, GMimeMessage *msg)
 	g_mime_object_prepend_header(o, HDR_PREFIX "Status", buf, NULL);
 }
 
-/* Count lines that start with "--" in a stream of octets, chunk by chunk.
- * *state: 1 at a line start, 2 after one '-' there, 0 inside a line. */
-static uint64_t count_dash_lines(const char *p, size_t n, int *state)
+static bool ftext(char c)
 {
-	uint64_t dashes = 0;
-	int st = *state;
+	return c > 32 && c < 127 && c != ':';
+}
+
+static void count_lines(const char *p, size_t n, struct line_count *lc)
+{
+	int st = lc->state;
 	for (size_t i = 0; i < n; i++) {
 		char c = p[i];
-		if (c == '\n')
-			st = 1;
-		else if (st == 1 && c == '-')
-			st = 2;
-		else if (st == 2 && c == '-')
-			dashes++, st = 0;
-		else
-			st = 0;
+		if (c == '\n') {
+			st = LC_START;
+			continue;
+		}
+		switch (st) {
+		case LC_START:
+			st = c == '-' ? LC_DASH : ftext(c) ? LC_NAME : LC_INSIDE;
+			break;
+		case LC_DASH:
+			if (c == '-')
+				lc->dashes++, st = LC_INSIDE;
+			else
+				st = ftext(c) ? LC_NAME : c == ':' ? (lc->fields++, LC_INSIDE) : LC_INSIDE;
+			break;
+		case LC_NAME:
+		case LC_NAME_WS:
+			if (c == ':')
+				lc->fields++, st = LC_INSIDE;
+			else if (c == ' ' || c == '\t')
+				st = LC_NAME_WS;
+			else if (st == LC_NAME_WS || !ftext(c))
+				st = LC_INSIDE;
+			break;
+		default:
+			break;
+		}
 	}
-	*state = st;
-	return dashes;
+	lc->state = st;
+}
+
+static bool over_lines(const struct pd_mail_policy *pol, const struct line_count *lc)
+{
+	return lc->dashes > pol->max_mime_parts || lc->fields > pol->max_header_fields;
 }
 
 /* The input as a seekable spool of our own, line ends made LF (GMime's
@@ -1061,7 +1115,7 @@ static uint64_t count_dash_lines(const char *p, size_t n, int *state)
  * of nesting needs one, so their number bounds what GMime will build in
  * memory before it is built. */
 static int spool_input(struct pd_mail *m, int in_fd, GMimeStream **ret, uint64_t *ret_len,
-                       uint64_t *ret_dashes)
+                       struct line_count *ret_lines)
 {
 	int fd = spool_fd(m);
 	if (fd < 0)
@@ -1079,8 +1133,8 @@ static int spool_input(struct pd_mail *m, int in_fd, GMimeStream **ret, uint64_t
 	g_mime_stream_filter_add(GMIME_STREAM_FILTER(filt), d2u);
 	g_object_unref(d2u);
 	char buf[65536];
-	uint64_t total = 0, dashes = 0;
-	int state = 1; /* 1: at a line start, 2: after one '-' at a line start, 0: inside a line */
+	uint64_t total = 0;
+	struct line_count lc = { .state = LC_START };
 	int err = 0;
 	for (;;) {
 		ssize_t n = read(in_fd, buf, sizeof(buf));
@@ -1093,7 +1147,7 @@ static int spool_input(struct pd_mail *m, int in_fd, GMimeStream **ret, uint64_t
 		if (n == 0)
 			break;
 		total += (uint64_t)n;
-		dashes += count_dash_lines(buf, (size_t)n, &state);
+		count_lines(buf, (size_t)n, &lc);
 		if (g_mime_stream_write(filt, buf, (size_t)n) < 0) {
 			err = -EIO;
 			break;
@@ -1114,7 +1168,7 @@ static int spool_input(struct pd_mail *m, int in_fd, GMimeStream **ret, uint64_t
 	}
 	*ret = fd_stream(fd);
 	*ret_len = total;
-	*ret_dashes = dashes;
+	*ret_lines = lc;
 	return 0;
 }
 
@@ -1217,11 +1271,11 @@ int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_rep
 	struct pd_mail_report rep = { 0 };
 	struct run r = { .m = m, .rep = &rep };
 	GMimeStream *spool = NULL;
-	uint64_t dashes = 0;
-	int err = spool_input(m, in_fd, &spool, &rep.bytes_in, &dashes);
+	struct line_count lines = { 0 };
+	int err = spool_input(m, in_fd, &spool, &rep.bytes_in, &lines);
 	if (err)
 		return err;
-	if (dashes > m->pol.max_mime_parts) {
+	if (over_lines(&m->pol, &lines)) {
 		rep.outcome = PD_MAIL_FAILED;
 		rep.n_failed = 1;
 		rep.status = 16;

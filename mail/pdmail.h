@@ -54,6 +54,8 @@ struct pd_mail_policy { /* public, by value; pd_mail_policy_default() fills it *
 	unsigned max_parts;              /* encrypted pieces per mail (default 64); more: LIMIT */
 	unsigned max_mime_parts;         /* lines starting with "--" (MIME parts, nesting) per mail
 	                                    (default 10000); more: the mail is not parsed, LIMIT */
+	unsigned max_header_fields;      /* lines that look like header fields ("name:"), in all
+	                                    parts (default 50000); more: not parsed, LIMIT */
 	const char *tmpdir;              /* spool directory (NULL: $TMPDIR or /tmp) */
 };
 
