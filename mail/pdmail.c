@@ -1456,10 +1456,32 @@ int pd_mail_header_fields(int fd, int (*cb)(void *arg, const char *name, const c
 		return err;
 	}
 	GMimeStream *s = g_mime_stream_fs_new(dfd);
-	GMimeParser *ps = g_mime_parser_new_with_stream(s);
-	g_mime_parser_set_persist_stream(ps, TRUE);
+	/* Only the header section goes to GMime, not the whole mail (which may
+	 * hold 10,000 parts): it ends at the first empty line. */
+	gint64 section = st.st_size;
+	{
+		GMimeStream *sub = g_mime_stream_substream(s, 0, st.st_size);
+		GMimeStream *buf = g_mime_stream_buffer_new(sub, GMIME_STREAM_BUFFER_BLOCK_READ);
+		char line[1024];
+		gint64 at = 0;
+		bool start = true;
+		ssize_t n;
+		while ((n = g_mime_stream_buffer_gets(buf, line, sizeof(line))) > 0) {
+			if (start && (line[0] == '\n' || (n == 2 && line[0] == '\r' && line[1] == '\n'))) {
+				section = at;
+				break;
+			}
+			at += n;
+			start = line[n - 1] == '\n';
+		}
+		g_object_unref(buf);
+		g_object_unref(sub);
+	}
+	GMimeStream *head = g_mime_stream_substream(s, 0, section);
+	GMimeParser *ps = g_mime_parser_new_with_stream(head);
 	GMimeMessage *msg = g_mime_parser_construct_message(ps, NULL);
 	g_object_unref(ps);
+	g_object_unref(head);
 	if (!msg) {
 		g_object_unref(s);
 		return -EBADMSG;

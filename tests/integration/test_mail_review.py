@@ -125,10 +125,6 @@ def test_milter_huge_protected_subject_is_not_a_tempfail(tmp_path_factory):
             pass
 
 
-@pytest.mark.xfail(strict=True, reason="pgpdecd-milter with on-failure = pass/quarantine: a mail "
-                   "over max_mime_parts is written unparsed, then pd_mail_header_fields() parses "
-                   "the whole written mail with GMime (every part), which the limit was to avoid "
-                   "(8 MB of empty parts: ~1.3 GiB RSS, 8 s of CPU in the milter)")
 def test_milter_over_the_part_limit_is_not_parsed(tmp_path_factory):
     import test_milter
     from postfix_harness import Postfix, require_postfix
