@@ -612,6 +612,16 @@ static sfsistat on_eom(SMFICTX *ctx)
 		r = apply_output(ctx, c, m, out_fd, &e, &body);
 		if (r == 0 && rep.verdict == PD_MAIL_HOLD && smfi_quarantine(ctx, reason) != MI_SUCCESS)
 			r = -EIO;
+		if (r == -E2BIG) {
+			/* The written header section is over the milter's bounds
+			 * (PD_HDR_MAX_*): a property of the mail, found before any
+			 * edit was made, so a permanent failure, not a retry. */
+			close(out_fd);
+			logf_("%s: rejected: header section over the limits (outcome=%s)", qid,
+			      pd_mail_outcome_name(rep.outcome));
+			reply(ctx, "550", "5.7.1", "not decrypted: LIMIT");
+			return SMFIS_REJECT;
+		}
 		if (r < 0) {
 			close(out_fd);
 			logf_("%s: deferred: applying the result: %s (outcome=%s)", qid, strerror(-r),

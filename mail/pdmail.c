@@ -67,6 +67,10 @@ struct root {
 /* MIME nesting the walk follows (multiparts and message/rfc822); deeper is
  * LIMIT.  GMime's own recursion is bounded by max_mime_parts. */
 #define MAX_NEST 64
+
+/* A protected field longer than this is not promoted (RFC 5322 allows 998
+ * octets a line; a reader's Subject is far shorter). */
+#define MAX_PROMOTED 8192
 enum piece_state { PS_PENDING, PS_OK, PS_NO_KEY, PS_FAILED, PS_UNAVAILABLE };
 
 struct text_job;
@@ -775,6 +779,8 @@ static void apply_protected_headers(struct run *r, GMimeMessage *owner, GMimeObj
 			if (!promotable(name) || (pol == PD_MAIL_HP_SUBJECT && !ieq(name, "Subject")))
 				continue;
 			const char *raw = g_mime_header_get_raw_value(h);
+			if (!raw || strlen(raw) > MAX_PROMOTED)
+				continue; /* a 5 MB Subject stays inside the entity */
 			GMimeHeaderList *ol = g_mime_object_get_header_list(oo);
 			if (pol == PD_MAIL_HP_SUBJECT) {
 				/* In place: the first outer Subject takes the value, others go. */
