@@ -122,6 +122,8 @@ static void usage_text(FILE *f)
 "                           message replace the outer ones (default subject)\n"
 "      --keep-original      attach the original message (message/rfc822)\n"
 "      --spool-dir DIR      temporary files (default $TMPDIR or /tmp)\n"
+"      --max-plaintext MIB  plaintext of all pieces of the mail, at most (default\n"
+"                           256); a piece past it fails LIMIT\n"
 "\n"
 "Subcommands:\n"
 "  ping                     check that the daemon answers; prints the round trip\n"
@@ -965,7 +967,7 @@ static long num(const char *opt, const char *s, long min, long max)
 enum {
 	O_TLS_CA = 256, O_TLS_CERT, O_TLS_KEY, O_TLS_NAME, O_TLS_PIN, O_NO_TLS, O_VERIFIED, O_PWFILE,
 	O_CONC, O_REQS, O_PIPE, O_THREADS, O_JSON,
-	O_MIME, O_ON_FAILURE, O_ON_NO_KEY, O_HP, O_KEEP_ORIG, O_SPOOL,
+	O_MIME, O_ON_FAILURE, O_ON_NO_KEY, O_HP, O_KEEP_ORIG, O_SPOOL, O_MAX_PLAIN,
 };
 
 /* --mime: one whole mail through the MIME decryptor (mail/pdmail.c). */
@@ -1071,6 +1073,7 @@ int main(int argc, char **argv)
 		{ "protected-headers", required_argument, NULL, O_HP },
 		{ "keep-original", no_argument, NULL, O_KEEP_ORIG },
 		{ "spool-dir", required_argument, NULL, O_SPOOL },
+		{ "max-plaintext", required_argument, NULL, O_MAX_PLAIN },
 		{ 0 },
 	};
 	struct opts o = { .concurrency = 1, .requests = 100, .pipeline = 1, .threads = 1 };
@@ -1120,6 +1123,10 @@ int main(int argc, char **argv)
 			break;
 		case O_KEEP_ORIG: o.policy.keep_original = true; o.mime_opts = true; break;
 		case O_SPOOL: o.policy.tmpdir = optarg; o.mime_opts = true; break;
+		case O_MAX_PLAIN:
+			o.policy.max_plaintext = (uint64_t)num("--max-plaintext", optarg, 1, 1 << 20) << 20;
+			o.mime_opts = true;
+			break;
 		default:
 			fprintf(stderr, "Try '%s --help' for more information.\n", prog);
 			return EX_USAGE;
@@ -1164,7 +1171,7 @@ int main(int argc, char **argv)
 	if (o.bench_opts && !is_bench)
 		die(EX_USAGE, "--concurrency, --requests, --pipeline, --threads and --json belong to bench");
 	if (o.mime_opts && !o.mime)
-		die(EX_USAGE, "--on-failure, --on-no-key, --protected-headers, --keep-original and --spool-dir belong to --mime");
+		die(EX_USAGE, "--on-failure, --on-no-key, --protected-headers, --keep-original, --spool-dir and --max-plaintext belong to --mime");
 	if (o.mime) {
 		if (o.password_file)
 			die(EX_USAGE, "--mime does not take --password-file");

@@ -46,6 +46,7 @@ static const struct opt opts[] = {
 	{ "keep-original", T_BOOL, O(policy.keep_original) },
 	{ "max-depth", T_UINT, O(policy.max_depth) },
 	{ "max-parts", T_UINT, O(policy.max_parts) },
+	{ "max-plaintext-size", T_SIZE, O(policy.max_plaintext) },
 };
 #undef O
 #define N_OPTS (sizeof(opts) / sizeof(opts[0]))

@@ -83,6 +83,8 @@ struct piece {
 	GMimeStream *src;          /* ciphertext, decoded from its transfer encoding */
 	int out_fd;                /* plaintext spool (unlinked) */
 	int write_err;             /* a failed write to out_fd */
+	bool over_budget;          /* its plaintext went past the mail's max_plaintext */
+	struct run *run;
 	struct line_count lines;   /* PK_PGPMIME: of the plaintext, the entity to parse */
 	unsigned depth;
 	struct text_job *tj;       /* PK_INLINE: the text part and its blocks */
@@ -106,6 +108,7 @@ struct run {
 	unsigned n_tj;
 	bool over_limit;
 	struct pd_mail_report *rep;
+	uint64_t plaintext;        /* octets spooled for all pieces so far */
 };
 
 /* ------------------------------------------------------------------ */
@@ -122,6 +125,7 @@ void pd_mail_policy_default(struct pd_mail_policy *p)
 		.max_parts = 64,
 		.max_mime_parts = 10000,
 		.max_header_fields = 50000,
+		.max_plaintext = 256ull << 20,
 	};
 }
 
@@ -207,6 +211,8 @@ int pd_mail_new(struct pd_mail **ret, const struct pdc_config *cfg, const struct
 		m->pol.max_mime_parts = 10000;
 	if (m->pol.max_header_fields == 0)
 		m->pol.max_header_fields = 50000;
+	if (m->pol.max_plaintext == 0)
+		m->pol.max_plaintext = 256ull << 20;
 	if (m->pol.max_parts == 0 || m->pol.max_parts > MAX_PIECES_HARD)
 		m->pol.max_parts = m->pol.max_parts ? MAX_PIECES_HARD : 64;
 	*ret = m;
@@ -352,7 +358,7 @@ static struct piece *add_piece(struct run *r, enum piece_kind k, GMimeObject *ob
 		r->cap = cap;
 	}
 	struct piece *p = &r->p[r->n++];
-	*p = (struct piece){ .kind = k, .obj = obj, .at = at, .out_fd = -1, .depth = depth,
+	*p = (struct piece){ .kind = k, .obj = obj, .at = at, .out_fd = -1, .depth = depth, .run = r,
 	                     .lines = { .state = LC_START } };
 	return p;
 }
@@ -549,6 +555,13 @@ static bool over_lines(const struct pd_mail_policy *pol, const struct line_count
 static int piece_data(void *arg, const uint8_t *d, size_t n)
 {
 	struct piece *p = arg;
+	struct run *r = p->run;
+	if (n > r->m->pol.max_plaintext - r->plaintext) {
+		/* Disk for one mail is bounded: this piece fails LIMIT. */
+		p->over_budget = true;
+		return -EFBIG;
+	}
+	r->plaintext += n;
 	if (p->kind == PK_PGPMIME)
 		count_lines((const char *)d, n, &p->lines);
 	while (n) {
@@ -610,11 +623,15 @@ static int rewind_round(struct run *r, unsigned from)
 {
 	for (unsigned i = from; i < r->n; i++) {
 		struct piece *p = &r->p[i];
+		struct stat st; /* what it spooled goes back to the mail's budget */
+		if (fstat(p->out_fd, &st) == 0 && (uint64_t)st.st_size <= r->plaintext)
+			r->plaintext -= (uint64_t)st.st_size;
 		if (g_mime_stream_reset(p->src) < 0 || ftruncate(p->out_fd, 0) < 0 ||
 		    lseek(p->out_fd, 0, SEEK_SET) < 0)
 			return -EIO;
 		memset(&p->res, 0, sizeof(p->res));
 		p->done = false;
+		p->over_budget = false;
 		p->write_err = 0;
 		p->lines = (struct line_count){ .state = LC_START };
 	}
@@ -960,6 +977,10 @@ static int settle_round(struct run *r, unsigned from, GArray *next)
 			return p->write_err;
 		/* A request that never got its on_done was never answered. */
 		p->st = p->done ? classify(&p->res) : PS_UNAVAILABLE;
+		if (p->over_budget) {
+			p->st = PS_FAILED;
+			p->res.status = 16;
+		}
 		if (p->st == PS_OK && p->kind == PK_PGPMIME && over_lines(&r->m->pol, &p->lines)) {
 			/* A decrypted entity is parsed as the mail is: within the same bound. */
 			p->st = PS_FAILED;

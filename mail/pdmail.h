@@ -56,6 +56,8 @@ struct pd_mail_policy { /* public, by value; pd_mail_policy_default() fills it *
 	                                    (default 10000); more: the mail is not parsed, LIMIT */
 	unsigned max_header_fields;      /* lines that look like header fields ("name:"), in all
 	                                    parts (default 50000); more: not parsed, LIMIT */
+	uint64_t max_plaintext;          /* plaintext octets of all pieces of a mail, spooled
+	                                    (default 256 MiB); more: that piece fails LIMIT */
 	const char *tmpdir;              /* spool directory (NULL: $TMPDIR or /tmp) */
 };
 

@@ -389,3 +389,20 @@ def test_protected_section_replaces_no_trace_fields(env):
     assert m.get_all("Received") == ["from mx.example by gw.example"]
     assert m.get_all("Authentication-Results") == ["gw.example; dkim=fail"]
     assert m.get_all("X-Spam-Flag") == ["YES"]
+
+
+def test_plaintext_budget_per_mail(env):
+    # Compressed plaintext: 3 blocks of 4 MiB each from little ciphertext.
+    # With --max-plaintext 10 (MiB) the third piece fails LIMIT: the disk a
+    # mail can take is bounded whatever the compression.
+    blocks = [env["encrypt"](bytes([65 + i]) * (4 << 20), extra=("-z", "9")) for i in range(3)]
+    assert sum(map(len, blocks)) < 100_000
+    mail = b"From: a@x\nSubject: z\n\n" + b"".join(blocks)
+    r = mime(env, mail, "--max-plaintext", "10")
+    assert r.returncode == 65 and r.stderr == b"pgpdecd-client: not decrypted: LIMIT\n"
+    r = mime(env, mail, "--max-plaintext", "10", "--on-failure", "pass")
+    assert r.returncode == 0
+    assert parse(r.stdout)["X-Pgpdecd-Status"] == \
+        "partly-decrypted; pieces=3; decrypted=2; no-key=0; failed=1; status=LIMIT"
+    r = mime(env, mail)    # the default, 256 MiB
+    assert r.returncode == 0 and parse(r.stdout)["X-Pgpdecd-Status"].startswith("decrypted;")
