@@ -1,6 +1,12 @@
 # SPDX-License-Identifier: MIT
-"""Findings of an attacker's review of libpdmail (mail/pdmail.c) and
-pgpdecd-client --mime, each an xfail(strict) test that passes once fixed.
+"""Findings of an attacker's review of libpdmail (mail/pdmail.c),
+pgpdecd-milter and pgpdecd-client --mime, each a test that failed before its
+fix: header fields in parts counted before GMime builds them, a bare CR in a
+header (outer or protected Subject) forges no result field, protected
+headers replace no trace fields, a 60 MiB decoded line costs no memory, a
+huge protected Subject is neither promoted nor a tempfail (and a header
+section over the milter's bounds is refused 550 LIMIT), and a mail over the
+part limit is not parsed by the milter either.
 
 Run: PD_BUILD_DIR=build /usr/bin/python3 -m pytest -q tests/integration/test_mail_review.py
 """
