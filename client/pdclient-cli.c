@@ -1041,6 +1041,13 @@ static int cmd_mime(const struct opts *o, int nfiles, char **files)
 	else if (verbose)
 		fprintf(stderr, "%s: %s: %s; pieces=%u decrypted=%u no-key=%u failed=%u\n", prog, j->name,
 		        why, rep.n_pieces, rep.n_decrypted, rep.n_no_key, rep.n_failed);
+	n_live_jobs = 0;
+	live_jobs = NULL;
+	if (j->in_fd > STDERR_FILENO)
+		close(j->in_fd);
+	free(j->final_path);
+	free(j->tmp_path);
+	free(j);
 	return code;
 }
 
