@@ -229,7 +229,9 @@ static int parse_begin(const struct pd_armor *a)
 	return PD_EUNSUPPORTED;
 }
 
-/* The END line must name the kind BEGIN named. */
+/* The END line must name the kind BEGIN named.  Its tail is five dashes or
+ * more: "-----END PGP MESSAGE--------" is written by some peers, and gpg,
+ * sq, rnp and gosop accept it. */
 static int parse_end(struct pd_armor *a)
 {
 	static const char end_prefix[] = "-----END PGP ";
@@ -237,9 +239,12 @@ static int parse_end(struct pd_armor *a)
 	size_t n = line_trimmed(a);
 	const char *name = kind_names[a->kind];
 	size_t nlen = strlen(name);
-	if (a->line_skip || n != plen + nlen + 5 || memcmp(a->line, end_prefix, plen) != 0 ||
-	    memcmp(a->line + plen, name, nlen) != 0 || memcmp(a->line + plen + nlen, "-----", 5) != 0)
+	if (a->line_skip || n < plen + nlen + 5 || memcmp(a->line, end_prefix, plen) != 0 ||
+	    memcmp(a->line + plen, name, nlen) != 0)
 		return PD_EMALFORMED;
+	for (size_t k = plen + nlen; k < n; k++)
+		if (a->line[k] != '-')
+			return PD_EMALFORMED;
 	if (a->nquad == 1) /* six dangling bits: not base64 */
 		return PD_EMALFORMED;
 	a->state = ST_DONE;

@@ -363,6 +363,19 @@ static struct piece *add_piece(struct run *r, enum piece_kind k, GMimeObject *ob
 	return p;
 }
 
+/* An END line with more than five dashes after its name, which the engine
+ * accepts as gpg, sq, rnp and gosop do. */
+static bool long_end_line(const char *l, size_t n)
+{
+	static const char end[] = "-----END PGP MESSAGE------";
+	if (n < sizeof(end) - 1 || memcmp(l, end, sizeof(end) - 1) != 0)
+		return false;
+	for (size_t i = sizeof(end) - 1; i < n; i++)
+		if (l[i] != '-' && l[i] != '\r' && l[i] != '\n' && l[i] != ' ' && l[i] != '\t')
+			return false;
+	return true;
+}
+
 /* An inline text part: spool its decoded text, find the armored blocks with
  * GMime's OpenPGP filter, one piece per block. */
 static int scan_inline(struct run *r, GMimePart *part, struct place at, unsigned depth)
@@ -422,6 +435,12 @@ static int scan_inline(struct run *r, GMimePart *part, struct place at, unsigned
 			g_mime_filter_filter(f, (char *)"\n", 1, 0, &out, &outlen, &outpre);
 			if (fo->state != GMIME_OPENPGP_END_PGP_MESSAGE)
 				break;
+		} else if (fo->state == GMIME_OPENPGP_BEGIN_PGP_MESSAGE && long_end_line(line, (size_t)len)) {
+			/* "-----END PGP MESSAGE--------": GMime knows the five-dash
+			 * form only; the block ends after the line as written. */
+			static const char end[] = "-----END PGP MESSAGE-----\n";
+			g_mime_filter_filter(f, (char *)end, sizeof(end) - 1, 0, &out, &outlen, &outpre);
+			pos += len;
 		} else {
 			g_mime_filter_filter(f, line, (size_t)len, 0, &out, &outlen, &outpre);
 			pos += len;
@@ -431,7 +450,7 @@ static int scan_inline(struct run *r, GMimePart *part, struct place at, unsigned
 			if (!p)
 				break;
 			p->begin = base + g_mime_filter_openpgp_get_begin_offset(fo);
-			p->end = MIN(base + g_mime_filter_openpgp_get_end_offset(fo), pos); /* not the added line end */
+			p->end = len ? pos : MIN(base + g_mime_filter_openpgp_get_end_offset(fo), pos); /* not the added line end */
 			n++;
 			g_mime_filter_reset(f);
 			base = pos;

@@ -406,3 +406,20 @@ def test_plaintext_budget_per_mail(env):
         "partly-decrypted; pieces=3; decrypted=2; no-key=0; failed=1; status=LIMIT"
     r = mime(env, mail)    # the default, 256 MiB
     assert r.returncode == 0 and parse(r.stdout)["X-Pgpdecd-Status"].startswith("decrypted;")
+
+
+def test_end_line_with_more_dashes(env):
+    # "-----END PGP MESSAGE--------" (gpg, sq, rnp and gosop accept it): the
+    # engine decrypts it (it was MALFORMED), and --mime finds the block
+    # (GMime's filter knows the five-dash form only).
+    arm = env["encrypt"](b"dashes\n").decode().replace(
+        "-----END PGP MESSAGE-----", "-----END PGP MESSAGE--------")
+    r = subprocess.run([str(CLIENT), "--socket", str(env["sock"]), "--verified-only"],
+                       input=arm.encode(), capture_output=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == b"dashes\n", r.stderr
+    mail = ("From: a@x\nSubject: d\n\nbefore\n" + arm + "after\n").encode()
+    r = mime(env, mail)
+    assert r.returncode == 0, r.stderr
+    m = parse(r.stdout)
+    assert m["X-Pgpdecd-Status"].startswith("decrypted;")
+    assert m.get_content() == "before\ndashes\nafter\n"

@@ -306,6 +306,8 @@ static void test_headers_and_layout(void **state)
 	expect_hello("-----BEGIN PGP MESSAGE-----\n\n  SGVs bG8s\tIHdv\r\ncmxk\nIQ=\n=\n-----END PGP MESSAGE-----\n", 0);
 	/* no blank line after the BEGIN line (lenient) */
 	expect_hello("-----BEGIN PGP MESSAGE-----\n" HELLO_B64 "\n-----END PGP MESSAGE-----\n", 0);
+	/* a tail of more than five dashes, as gpg, sq, rnp and gosop accept */
+	expect_hello("-----BEGIN PGP MESSAGE-----\n\n" HELLO_B64 "\n-----END PGP MESSAGE--------\n", 0);
 	/* headers, then no blank line */
 	expect_hello("-----BEGIN PGP MESSAGE-----\nComment: x\n" HELLO_B64 "\n-----END PGP MESSAGE-----\n", 0);
 	/* a first body line longer than the header buffer, no blank line */
@@ -412,6 +414,8 @@ static void test_refusals(void **state)
 	/* END of another kind, text on the END line, a bad header line */
 	assert_int_equal(decode_str("-----BEGIN PGP MESSAGE-----\n\n" HELLO_B64 "\n-----END PGP SIGNATURE-----\n", NULL), PD_EMALFORMED);
 	assert_int_equal(decode_str("-----BEGIN PGP MESSAGE-----\n\n" HELLO_B64 "\n-----END PGP MESSAGE----- x\n", NULL), PD_EMALFORMED);
+	assert_int_equal(decode_str("-----BEGIN PGP MESSAGE-----\n\n" HELLO_B64 "\n-----END PGP MESSAGE----\n", NULL), PD_EMALFORMED);
+	assert_int_equal(decode_str("-----BEGIN PGP MESSAGE-----\n\n" HELLO_B64 "\n-----END PGP MESSAGE-------x\n", NULL), PD_EMALFORMED);
 	assert_int_equal(decode_str("-----BEGIN PGP MESSAGE-----\nnot a header!\n\n" HELLO_B64 "\n-----END PGP MESSAGE-----\n", NULL), PD_EMALFORMED);
 	/* a misshapen BEGIN line is not a BEGIN line */
 	assert_int_equal(decode_str("-----BEGIN PGP MESSAGE----- junk\n\n" HELLO_B64 "\n-----END PGP MESSAGE-----\n", NULL), PD_ENOTPGP);
