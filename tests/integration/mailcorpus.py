@@ -87,6 +87,8 @@ from email.parser import BytesParser
 from pathlib import Path
 from typing import Optional, Union
 
+import pgp
+
 SRC = Path(__file__).resolve().parents[2]
 KEYS_DIR = SRC / "tests" / "data" / "keys"
 SECRET_KEY = KEYS_DIR / "rsa2048.gpg"
@@ -302,24 +304,10 @@ def encode_body(data: bytes, cte: str) -> bytes:
     return data if data.endswith(b"\n") else data + b"\n"
 
 
-def _crc24(data: bytes) -> int:
-    crc = 0xB704CE
-    for b in data:
-        crc ^= b << 16
-        for _ in range(8):
-            crc <<= 1
-            if crc & 0x1000000:
-                crc ^= 0x1864CFB
-    return crc & 0xFFFFFF
-
-
 def armor(data: bytes) -> bytes:
-    """ASCII armor (RFC 4880 6.2) of a binary OpenPGP message."""
-    crc = _crc24(data).to_bytes(3, "big")
-    s = base64.b64encode(data)
-    lines = b"".join(s[i:i + 64] + b"\n" for i in range(0, len(s), 64))
-    return (ARMOR_BEGIN.encode() + b"\n\n" + lines + b"=" + base64.b64encode(crc) + b"\n"
-            + ARMOR_END.encode() + b"\n")
+    """ASCII armor (RFC 4880 6.2) of a binary OpenPGP message: pgp.armor's
+    defaults (64 columns, CRC24 line, LF)."""
+    return pgp.armor(data)
 
 
 def _packets(data: bytes):
@@ -666,6 +654,15 @@ class Corpus:
         return head.encode(), body, armored
 
     @staticmethod
+    def _pgp_mime_around(b, ciphertext: bytes) -> bytes:
+        """Content-Type and body of a plain multipart/encrypted (boundary b)
+        around ciphertext as given (pgp_mime() encrypts for itself)."""
+        return (f'Content-Type: multipart/encrypted; protocol="application/pgp-encrypted";\n'
+                f' boundary="{b}"\n\n--{b}\nContent-Type: application/pgp-encrypted\n\nVersion: 1\n\n'
+                f"--{b}\nContent-Type: application/octet-stream\n\n").encode() + ciphertext + \
+            f"\n--{b}--\n".encode()
+
+    @staticmethod
     def headers(subject=SUBJECT, extra="", msgid="<corpus.1@example.org>",
                 frm=HDR_FROM, to=HDR_TO):
         from email.header import Header
@@ -976,11 +973,7 @@ class Corpus:
         inner = b"Content-Type: text/plain\n\nnot for us\n"
         b = self.boundary("enc")
         ct = self.encrypt(inner, to=[self.alice_fpr])
-        raw = self.headers(subject="...") + \
-            (f'Content-Type: multipart/encrypted; protocol="application/pgp-encrypted";\n'
-             f' boundary="{b}"\n\n--{b}\nContent-Type: application/pgp-encrypted\n\nVersion: 1\n\n'
-             f"--{b}\nContent-Type: application/octet-stream\n\n").encode() + ct + \
-            f"\n--{b}--\n".encode()
+        raw = self.headers(subject="...") + self._pgp_mime_around(b, ct)
         return self._mk("foreign-key-pgp-mime", raw, [Piece("pgp-mime", ct, None, "no-key")],
                         "PGP/MIME for a foreign key only")
 
@@ -1017,11 +1010,7 @@ class Corpus:
         binary = self.encrypt(inner, armored=False, extra=("--compress-algo", "none"))
         arm = armor(tamper(binary))
         b = self.boundary("enc")
-        raw = self.headers(subject="...") + \
-            (f'Content-Type: multipart/encrypted; protocol="application/pgp-encrypted";\n'
-             f' boundary="{b}"\n\n--{b}\nContent-Type: application/pgp-encrypted\n\nVersion: 1\n\n'
-             f"--{b}\nContent-Type: application/octet-stream\n\n").encode() + arm + \
-            f"\n--{b}--\n".encode()
+        raw = self.headers(subject="...") + self._pgp_mime_around(b, arm)
         return self._mk("tampered-pgp-mime", raw, [Piece("pgp-mime", arm, None, "integrity")],
                         "PGP/MIME with a flipped ciphertext octet")
 
@@ -1358,8 +1347,25 @@ def check_delivered(case, delivered, failure_policy="pass", header_policy="defau
         if ob != db:
             _fail(name, f"body changed ({len(db)} octets, expected the original {len(ob)})")
     _cmp(exp.body, msg, name, raw)
-    if exp.outcome == "decrypted" and raw and ARMOR_BEGIN.encode() in raw:
-        _fail(name, "an armored PGP message remains in a fully decrypted mail")
+    if exp.outcome == "decrypted":
+        # a path is scanned in chunks (large mails: raw is not read there)
+        left = _file_contains(delivered, ARMOR_BEGIN.encode()) if isinstance(delivered, (str, Path)) \
+            else ARMOR_BEGIN.encode() in raw
+        if left:
+            _fail(name, "an armored PGP message remains in a fully decrypted mail")
+
+
+def _file_contains(path, needle: bytes, chunk=1 << 20) -> bool:
+    with open(path, "rb") as f:
+        tail = b""
+        while True:
+            block = f.read(chunk)
+            if not block:
+                return False
+            block = tail + block
+            if needle in block:
+                return True
+            tail = block[-(len(needle) - 1):]
 
 
 def _signed_needed(self):

@@ -298,3 +298,49 @@ def test_checker_accepts_hand_written(corpus):
     c = corpus.case("inline-8bit-iso-8859-1")
     mc.check_delivered(c, latin)
     _rejects(c, latin.replace(b"=F6b", b"=C3=B6b"), r"text differs")
+
+
+def test_checker_rejects_armor_left_in_a_file(corpus, tmp_path):
+    """A fully decrypted mail with an armored message left outside the
+    compared parts (here in a Received: field, which the checker tolerates)
+    is refused whether it is given as bytes or as a file."""
+    c = corpus.case("thunderbird")
+    assert c.expected.outcome == "decrypted"
+    bad = b"Received: " + mc.ARMOR_BEGIN.encode() + b"\n" + mc.render_ideal(c)
+    _rejects(c, bad, r"armored PGP message remains")
+    out = tmp_path / "delivered.eml"
+    out.write_bytes(bad)
+    _rejects(c, out, r"armored PGP message remains")
+    out.write_bytes(mc.render_ideal(c))
+    mc.check_delivered(c, out)
+
+
+def test_file_contains_across_chunks(tmp_path):
+    p = tmp_path / "f"
+    needle = mc.ARMOR_BEGIN.encode()
+    for cut in range(len(needle) + 1):
+        p.write_bytes(b"x" * (16 - cut) + needle + b"y")
+        assert mc._file_contains(p, needle, chunk=16), cut
+    p.write_bytes(b"x" * 40 + needle[:-1] + b"y" * 40)
+    assert not mc._file_contains(p, needle, chunk=16)
+
+
+def _leaves(node):
+    if isinstance(node, mc.Multi):
+        for c in node.children:
+            yield from _leaves(c)
+    elif isinstance(node, mc.Rfc822):
+        yield from _leaves(node.body)
+    else:
+        yield node
+
+
+@pytest.mark.parametrize("name", names())
+def test_every_expected_leaf_has_content_to_compare(corpus, name):
+    """The checker compares a leaf's text, data or digest: a leaf with none
+    of them would accept any payload."""
+    c = corpus.case(name)
+    leaves = list(_leaves(c.expected.body))
+    assert leaves
+    for leaf in leaves:
+        assert leaf.text is not None or leaf.data is not None or leaf.sha256 is not None, (name, leaf)
