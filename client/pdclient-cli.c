@@ -381,6 +381,32 @@ static void discard_tmp(struct job *j)
 	j->tmp_live = 0;
 }
 
+/* A job's temporary output, when there is one, is committed (fsync, close,
+ * rename onto the final path) if code is 0, else removed.  Returns the
+ * exit code, with why[] saying what failed when committing did. */
+static int commit_tmp(struct job *j, int code, char *why, size_t n)
+{
+	if (!j->tmp_path)
+		return code;
+	if (code == 0 && fsync(j->out_fd) < 0) {
+		code = EX_IOERR;
+		snprintf(why, n, "fsync %s: %s", j->tmp_path, strerror(errno));
+	}
+	if (close(j->out_fd) < 0 && code == 0) {
+		code = EX_IOERR;
+		snprintf(why, n, "close %s: %s", j->tmp_path, strerror(errno));
+	}
+	j->out_fd = -1;
+	if (code == 0 && rename(j->tmp_path, j->final_path) < 0) {
+		code = EX_CANTCREAT;
+		snprintf(why, n, "rename to %s: %s", j->final_path, strerror(errno));
+	}
+	if (code != 0)
+		unlink(j->tmp_path);
+	j->tmp_live = 0; /* only now: a signal before this unlinks a name that may be gone */
+	return code;
+}
+
 static int finish_job(struct job *j)
 {
 	int code;
@@ -389,8 +415,8 @@ static int finish_job(struct job *j)
 		return j->exit_code;
 	}
 	const struct pdc_result *r = &j->res;
-	if (r->err == 0 && r->status == PDC_OK && r->integrity != PDC_INTEGRITY_MDC && r->integrity != PDC_INTEGRITY_AEAD) {
-		j->res.status = 15;
+	if (r->err == 0 && r->status == PDC_OK && !pdc_verified(r)) {
+		j->res.status = PDC_ST_SED_REFUSED;
 		snprintf(j->res.sentence, sizeof(j->res.sentence), "message has no integrity protection");
 	}
 	if (j->write_err) {
@@ -400,24 +426,7 @@ static int finish_job(struct job *j)
 	} else {
 		code = pdc_exit_code(r);
 	}
-	if (j->tmp_path) {
-		if (code == 0 && fsync(j->out_fd) < 0) {
-			code = EX_IOERR;
-			snprintf(j->res.sentence, sizeof(j->res.sentence), "fsync %s: %s", j->tmp_path, strerror(errno));
-		}
-		if (close(j->out_fd) < 0 && code == 0) {
-			code = EX_IOERR;
-			snprintf(j->res.sentence, sizeof(j->res.sentence), "close %s: %s", j->tmp_path, strerror(errno));
-		}
-		j->out_fd = -1;
-		if (code == 0 && rename(j->tmp_path, j->final_path) < 0) {
-			code = EX_CANTCREAT;
-			snprintf(j->res.sentence, sizeof(j->res.sentence), "rename to %s: %s", j->final_path, strerror(errno));
-		}
-		if (code != 0)
-			unlink(j->tmp_path);
-		j->tmp_live = 0; /* only now: a signal before this unlinks a name that may be gone */
-	}
+	code = commit_tmp(j, code, j->res.sentence, sizeof(j->res.sentence));
 	if (code == EX_IOERR || code == EX_CANTCREAT)
 		j->res.err = -EIO; /* reported as a local failure */
 	report(j);
@@ -997,8 +1006,12 @@ static int cmd_mime(const struct opts *o, int nfiles, char **files)
 		live_jobs = j;
 		n_live_jobs = 1;
 		catch_fatal_signals();
-		if (open_tmp(j) < 0)
-			return EX_CANTCREAT;
+	}
+	int code = 0;
+	char why[128] = "";
+	if (j->final_path && open_tmp(j) < 0) {
+		code = EX_CANTCREAT; /* open_tmp said why */
+		goto out;
 	}
 	pd_mail_global_init();
 	struct pd_mail *m;
@@ -1007,8 +1020,6 @@ static int cmd_mime(const struct opts *o, int nfiles, char **files)
 	struct pd_mail_report rep;
 	int err = pd_mail_process(m, j->in_fd, j->out_fd, &rep);
 	m = pd_mail_free(m);
-	int code;
-	char why[128];
 	if (err < 0) {
 		code = err == -EINVAL ? EX_DATAERR : EX_TEMPFAIL;
 		snprintf(why, sizeof(why), "%s", err == -EINVAL ? "not a mail message" : strerror(-err));
@@ -1019,20 +1030,12 @@ static int cmd_mime(const struct opts *o, int nfiles, char **files)
 		code = rep.verdict == PD_MAIL_TEMPFAIL ? EX_TEMPFAIL : rep.n_failed ? EX_DATAERR : EX_UNAVAILABLE;
 		pd_mail_reason(&rep, why, sizeof(why));
 	}
-	if (j->tmp_path) {
-		if (code == 0 && (fsync(j->out_fd) < 0 || close(j->out_fd) < 0)) {
-			code = EX_IOERR;
-			snprintf(why, sizeof(why), "writing %s: %s", j->final_path, strerror(errno));
-		} else if (code != 0) {
-			close(j->out_fd);
-		}
-		if (code == 0 && rename(j->tmp_path, j->final_path) < 0) {
-			code = EX_CANTCREAT;
-			snprintf(why, sizeof(why), "rename to %s: %s", j->final_path, strerror(errno));
-		}
-		if (code != 0)
-			unlink(j->tmp_path);
-		j->tmp_live = 0;
+	int committed = commit_tmp(j, code, why, sizeof(why));
+	if (committed != code) {
+		/* Committing -o failed: a local failure (fsync: try again later),
+		 * named by the final path, never the temporary one. */
+		code = committed == EX_IOERR ? EX_TEMPFAIL : committed;
+		snprintf(why, sizeof(why), "cannot write %s", j->final_path);
 	}
 	/* One line: what pipe(8) puts in a bounce or the log.  The status
 	 * name only, never the engine's sentence or a path of ours. */
@@ -1041,6 +1044,7 @@ static int cmd_mime(const struct opts *o, int nfiles, char **files)
 	else if (verbose)
 		fprintf(stderr, "%s: %s: %s; pieces=%u decrypted=%u no-key=%u failed=%u\n", prog, j->name,
 		        why, rep.n_pieces, rep.n_decrypted, rep.n_no_key, rep.n_failed);
+out:
 	n_live_jobs = 0;
 	live_jobs = NULL;
 	if (j->in_fd > STDERR_FILENO)

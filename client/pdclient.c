@@ -1151,6 +1151,12 @@ struct pdc_conn *pdc_close(struct pdc_conn *c)
 /* ------------------------------------------------------------------ */
 /* names */
 
+bool pdc_verified(const struct pdc_result *r)
+{
+	return r->err == 0 && r->status == PDC_OK &&
+	       (r->integrity == PDC_INTEGRITY_MDC || r->integrity == PDC_INTEGRITY_AEAD);
+}
+
 int pdc_exit_code(const struct pdc_result *r)
 {
 	if (r->err == 0 || r->status != 0)

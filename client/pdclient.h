@@ -43,6 +43,8 @@ extern "C" {
 /* Wire status codes (PROTOCOL.md section 8); the tens digit is the class. */
 #define PDC_OK 0
 #define PDC_ST_INTEGRITY 13
+#define PDC_ST_SED_REFUSED 15
+#define PDC_ST_LIMIT 16
 #define PDC_ST_NO_KEY 20
 #define PDC_ST_OVERLOADED 30
 #define PDC_ST_TIMEOUT 31
@@ -189,6 +191,9 @@ PDC_API int pdc_process(struct pdc_conn *c, short revents);
 /** Requests queued and not yet done. */
 PDC_API size_t pdc_pending(const struct pdc_conn *c);
 
+/** A verified success: status 0 with MDC or AEAD integrity (anything else
+ * delivered as status 0 is unprotected plaintext). */
+PDC_API bool pdc_verified(const struct pdc_result *r);
 /** sysexits(3) code for a result: 0, 65 bad data, 69 no key, 75 retry later, 77 denied. */
 PDC_API int pdc_exit_code(const struct pdc_result *r);
 /** Stable name of a wire status ("INTEGRITY"). */
