@@ -86,7 +86,6 @@ struct piece {
 	bool over_budget;          /* its plaintext went past the mail's max_plaintext */
 	struct run *run;
 	struct line_count lines;   /* PK_PGPMIME: of the plaintext, the entity to parse */
-	unsigned depth;
 	struct text_job *tj;       /* PK_INLINE: the text part and its blocks */
 	gint64 begin, end;         /* PK_INLINE: the block in the decoded text */
 	struct pdc_result res;
@@ -129,26 +128,33 @@ void pd_mail_policy_default(struct pd_mail_policy *p)
 	};
 }
 
+/* The index of s among three policy words, or -EINVAL. */
+static int word_index(const char *s, const char *const names[3])
+{
+	for (int i = 0; i < 3; i++)
+		if (strcmp(s, names[i]) == 0)
+			return i;
+	return -EINVAL;
+}
+
 int pd_mail_action_parse(const char *s, enum pd_mail_action *ret)
 {
-	static const char *const names[] = { "pass", "reject", "quarantine" };
-	for (unsigned i = 0; i < 3; i++)
-		if (strcmp(s, names[i]) == 0) {
-			*ret = (enum pd_mail_action)i;
-			return 0;
-		}
-	return -EINVAL;
+	static const char *const names[3] = { "pass", "reject", "quarantine" };
+	int i = word_index(s, names);
+	if (i < 0)
+		return i;
+	*ret = (enum pd_mail_action)i;
+	return 0;
 }
 
 int pd_mail_hp_parse(const char *s, enum pd_mail_hp *ret)
 {
-	static const char *const names[] = { "none", "subject", "all" };
-	for (unsigned i = 0; i < 3; i++)
-		if (strcmp(s, names[i]) == 0) {
-			*ret = (enum pd_mail_hp)i;
-			return 0;
-		}
-	return -EINVAL;
+	static const char *const names[3] = { "none", "subject", "all" };
+	int i = word_index(s, names);
+	if (i < 0)
+		return i;
+	*ret = (enum pd_mail_hp)i;
+	return 0;
 }
 
 const char *pd_mail_outcome_name(enum pd_mail_outcome o)
@@ -207,14 +213,19 @@ int pd_mail_new(struct pd_mail **ret, const struct pdc_config *cfg, const struct
 		m->pol = *policy;
 	else
 		pd_mail_policy_default(&m->pol);
-	if (m->pol.max_mime_parts == 0)
-		m->pol.max_mime_parts = 10000;
-	if (m->pol.max_header_fields == 0)
-		m->pol.max_header_fields = 50000;
-	if (m->pol.max_plaintext == 0)
-		m->pol.max_plaintext = 256ull << 20;
-	if (m->pol.max_parts == 0 || m->pol.max_parts > MAX_PIECES_HARD)
-		m->pol.max_parts = m->pol.max_parts ? MAX_PIECES_HARD : 64;
+	/* A bound left 0 takes its default. */
+	struct pd_mail_policy d;
+	pd_mail_policy_default(&d);
+	if (!m->pol.max_mime_parts)
+		m->pol.max_mime_parts = d.max_mime_parts;
+	if (!m->pol.max_header_fields)
+		m->pol.max_header_fields = d.max_header_fields;
+	if (!m->pol.max_plaintext)
+		m->pol.max_plaintext = d.max_plaintext;
+	if (!m->pol.max_parts)
+		m->pol.max_parts = d.max_parts;
+	if (m->pol.max_parts > MAX_PIECES_HARD)
+		m->pol.max_parts = MAX_PIECES_HARD;
 	*ret = m;
 	return 0;
 }
@@ -254,12 +265,6 @@ static int spool_fd(struct pd_mail *m)
 		return -errno;
 	unlink(path);
 	return fd;
-}
-
-/* A GMime stream over fd that owns it. */
-static GMimeStream *fd_stream(int fd)
-{
-	return g_mime_stream_fs_new(fd);
 }
 
 /* Copy a stream to the end into another; 0 or -EIO. */
@@ -342,8 +347,7 @@ static bool looks_encrypted(const char *p, size_t n)
 	return tag == 1 || tag == 3 || tag == 9 || tag == 18 || tag == 20;
 }
 
-static struct piece *add_piece(struct run *r, enum piece_kind k, GMimeObject *obj, struct place at,
-                               unsigned depth)
+static struct piece *add_piece(struct run *r, enum piece_kind k, GMimeObject *obj, struct place at)
 {
 	if (r->n >= r->m->pol.max_parts) {
 		r->over_limit = true;
@@ -358,7 +362,7 @@ static struct piece *add_piece(struct run *r, enum piece_kind k, GMimeObject *ob
 		r->cap = cap;
 	}
 	struct piece *p = &r->p[r->n++];
-	*p = (struct piece){ .kind = k, .obj = obj, .at = at, .out_fd = -1, .depth = depth, .run = r,
+	*p = (struct piece){ .kind = k, .obj = obj, .at = at, .out_fd = -1, .run = r,
 	                     .lines = { .state = LC_START } };
 	return p;
 }
@@ -376,33 +380,22 @@ static bool long_end_line(const char *l, size_t n)
 	return true;
 }
 
-/* An inline text part: spool its decoded text, find the armored blocks with
- * GMime's OpenPGP filter, one piece per block. */
-static int scan_inline(struct run *r, GMimePart *part, struct place at, unsigned depth)
+/* An inline text part: find the armored blocks in its decoded text with
+ * GMime's OpenPGP filter, one piece per block.  Only a text that has some
+ * is spooled (each block is then read from the spool, and the part rebuilt
+ * from it); most text parts have none and cost one read. */
+static int scan_inline(struct run *r, GMimePart *part, struct place at)
 {
 	GMimeStream *dec = decoded_stream(part);
 	if (!dec)
 		return 0;
-	int fd = spool_fd(r->m);
-	if (fd < 0) {
-		g_object_unref(dec);
-		return fd;
-	}
-	GMimeStream *text = fd_stream(fd);
-	int err = copy_stream(dec, text);
-	g_object_unref(dec);
-	if (err) {
-		g_object_unref(text);
-		return err;
-	}
-	g_mime_stream_reset(text);
 
 	/* Line by line through the filter; after each END marker note the
 	 * block and start over for the next one.  Lines are read in bounded
 	 * pieces: a line longer than any armor line (76 octets, RFC 9580
 	 * section 6.2) is skipped to its end and the filter starts over after
 	 * it, so a text of one huge line costs no more memory than any other. */
-	GMimeStream *buffered = g_mime_stream_buffer_new(text, GMIME_STREAM_BUFFER_BLOCK_READ);
+	GMimeStream *buffered = g_mime_stream_buffer_new(dec, GMIME_STREAM_BUFFER_BLOCK_READ);
 	GMimeFilter *f = g_mime_filter_openpgp_new();
 	GMimeFilterOpenPGP *fo = GMIME_FILTER_OPENPGP(f);
 	char line[1024];
@@ -446,7 +439,7 @@ static int scan_inline(struct run *r, GMimePart *part, struct place at, unsigned
 			pos += len;
 		}
 		if (fo->state == GMIME_OPENPGP_END_PGP_MESSAGE) {
-			struct piece *p = add_piece(r, PK_INLINE, GMIME_OBJECT(part), at, depth);
+			struct piece *p = add_piece(r, PK_INLINE, GMIME_OBJECT(part), at);
 			if (!p)
 				break;
 			p->begin = base + g_mime_filter_openpgp_get_begin_offset(fo);
@@ -461,16 +454,25 @@ static int scan_inline(struct run *r, GMimePart *part, struct place at, unsigned
 	explicit_bzero(line, sizeof(line));
 	g_object_unref(f);
 	g_object_unref(buffered);
-	if (n == 0) {
-		g_object_unref(text);
+	g_object_unref(dec);
+	if (n == 0)
 		return 0;
+	int fd = spool_fd(r->m);
+	if (fd < 0) {
+		r->n -= n;
+		return fd;
 	}
-	struct text_job *tj = calloc(1, sizeof(*tj));
+	GMimeStream *text = g_mime_stream_fs_new(fd);
+	dec = decoded_stream(part);
+	int err = dec ? copy_stream(dec, text) : -EIO;
+	if (dec)
+		g_object_unref(dec);
+	struct text_job *tj = err ? NULL : calloc(1, sizeof(*tj));
 	if (!tj || r->n_tj == MAX_PIECES_HARD) {
 		free(tj);
 		g_object_unref(text);
 		r->n -= n;
-		return -ENOMEM;
+		return err ? err : -ENOMEM;
 	}
 	tj->part = part;
 	tj->text = text;
@@ -495,7 +497,7 @@ static bool encrypted_attachment(GMimePart *part)
 	return looks_encrypted(head, n);
 }
 
-static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level, unsigned depth)
+static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level)
 {
 	if (level > MAX_NEST) {
 		r->over_limit = true;
@@ -511,7 +513,7 @@ static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level, 
 		GMimeObject *enc = g_mime_multipart_get_part(mp, 1);
 		if (!GMIME_IS_PART(enc))
 			return 0;
-		struct piece *p = add_piece(r, PK_PGPMIME, o, at, depth);
+		struct piece *p = add_piece(r, PK_PGPMIME, o, at);
 		if (p)
 			p->src = decoded_stream(GMIME_PART(enc));
 		return 0;
@@ -520,7 +522,7 @@ static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level, 
 		GMimeMultipart *mp = GMIME_MULTIPART(o);
 		struct place in = { .parent = mp };
 		for (int i = 0; i < g_mime_multipart_get_count(mp); i++) {
-			int err = walk(r, g_mime_multipart_get_part(mp, i), in, level + 1, depth);
+			int err = walk(r, g_mime_multipart_get_part(mp, i), in, level + 1);
 			if (err)
 				return err;
 		}
@@ -530,7 +532,7 @@ static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level, 
 		GMimeMessage *inner = g_mime_message_part_get_message(GMIME_MESSAGE_PART(o));
 		GMimeObject *body = inner ? g_mime_message_get_mime_part(inner) : NULL;
 		struct place in = { .owner = inner };
-		return body ? walk(r, body, in, level + 1, depth) : 0;
+		return body ? walk(r, body, in, level + 1) : 0;
 	}
 	if (!GMIME_IS_PART(o))
 		return 0;
@@ -543,7 +545,7 @@ static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level, 
 	bool pgp_type = g_mime_content_type_is_type(ct, "application", "pgp-encrypted");
 	if (named || pgp_type) {
 		if (encrypted_attachment(part)) {
-			struct piece *p = add_piece(r, PK_ATTACH, o, at, depth);
+			struct piece *p = add_piece(r, PK_ATTACH, o, at);
 			if (p)
 				p->src = decoded_stream(part);
 			return 0;
@@ -552,7 +554,7 @@ static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level, 
 			return 0;
 	}
 	if (g_mime_content_type_is_type(ct, "text", "plain") && !is_legacy_display(o))
-		return scan_inline(r, part, at, depth);
+		return scan_inline(r, part, at);
 	return 0;
 }
 
@@ -609,8 +611,7 @@ static enum piece_state classify(const struct pdc_result *res)
 	if (res->err)
 		return PS_UNAVAILABLE;
 	if (res->status == PDC_OK)
-		return res->integrity == PDC_INTEGRITY_MDC || res->integrity == PDC_INTEGRITY_AEAD
-			? PS_OK : PS_FAILED;
+		return pdc_verified(res) ? PS_OK : PS_FAILED; /* unprotected: SED_REFUSED below */
 	switch (res->status / 10) {
 	case 1: return PS_FAILED;
 	case 2: return PS_NO_KEY;
@@ -774,11 +775,12 @@ static void put_in_place(struct place at, GMimeObject *old, GMimeObject *new)
 		g_object_unref(prev);
 }
 
-/* The fields protected headers may replace (policy all): what a reader is
+/* The index of a field protected headers may replace (policy all), or -1:
+ * what a reader is
  * shown or replies with (RFC 5322 sections 3.6.2 to 3.6.5).  Never trace
  * or gateway fields (Received, Return-Path, Authentication-Results, ...):
  * the sender writes the protected section and must not replace those. */
-static bool promotable(const char *name)
+static int promotable(const char *name)
 {
 	static const char *const names[] = {
 		"Subject", "From", "Sender", "Reply-To", "To", "Cc", "Date", "Message-ID",
@@ -786,8 +788,8 @@ static bool promotable(const char *name)
 	};
 	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (ieq(name, names[i]))
-			return true;
-	return false;
+			return (int)i;
+	return -1;
 }
 
 /* Protected headers of a decrypted entity that becomes msg's body. */
@@ -799,37 +801,29 @@ static void apply_protected_headers(struct run *r, GMimeMessage *owner, GMimeObj
 	GMimeHeaderList *hl = g_mime_object_get_header_list(entity);
 	enum pd_mail_hp pol = r->m->pol.protected_headers;
 	if (protected && owner && pol != PD_MAIL_HP_NONE) {
-		GMimeObject *oo = GMIME_OBJECT(owner);
-		/* Outer fields named by the protected section go first (policy all),
-		 * so that several fields of one name all survive. */
-		if (pol == PD_MAIL_HP_ALL)
-			for (int i = 0; i < g_mime_header_list_get_count(hl); i++) {
-				const char *name = g_mime_header_get_name(g_mime_header_list_get_header_at(hl, i));
-				if (promotable(name))
-					while (g_mime_object_remove_header(oo, name))
-						;
-			}
+		/* Per name, the first protected field takes the place of the
+		 * first outer one and the other outer ones go; further protected
+		 * fields of the name follow at the end. */
+		GMimeHeaderList *ol = g_mime_object_get_header_list(GMIME_OBJECT(owner));
+		unsigned placed = 0; /* bit k: name k of promotable() */
 		for (int i = 0; i < g_mime_header_list_get_count(hl); i++) {
 			GMimeHeader *h = g_mime_header_list_get_header_at(hl, i);
 			const char *name = g_mime_header_get_name(h);
-			if (!promotable(name) || (pol == PD_MAIL_HP_SUBJECT && !ieq(name, "Subject")))
-				continue;
 			const char *raw = g_mime_header_get_raw_value(h);
-			if (!raw || strlen(raw) > MAX_PROMOTED)
-				continue; /* a 5 MB Subject stays inside the entity */
-			GMimeHeaderList *ol = g_mime_object_get_header_list(oo);
-			if (pol == PD_MAIL_HP_SUBJECT) {
-				/* In place: the first outer Subject takes the value, others go. */
-				GMimeHeader *outer = g_mime_header_list_get_header(ol, name);
-				if (outer) {
-					g_mime_header_set_raw_value(outer, raw);
-					for (int k = g_mime_header_list_get_count(ol) - 1; k >= 0; k--) {
-						GMimeHeader *x = g_mime_header_list_get_header_at(ol, k);
-						if (x != outer && ieq(g_mime_header_get_name(x), name))
-							g_mime_header_list_remove_at(ol, k);
-					}
-					continue;
+			int k = promotable(name);
+			if (k < 0 || (pol == PD_MAIL_HP_SUBJECT && !ieq(name, "Subject")) || !raw ||
+			    strlen(raw) > MAX_PROMOTED) /* a 5 MB Subject stays inside the entity */
+				continue;
+			GMimeHeader *outer = placed & (1u << k) ? NULL : g_mime_header_list_get_header(ol, name);
+			placed |= 1u << k;
+			if (outer) {
+				g_mime_header_set_raw_value(outer, raw);
+				for (int j = g_mime_header_list_get_count(ol) - 1; j >= 0; j--) {
+					GMimeHeader *x = g_mime_header_list_get_header_at(ol, j);
+					if (x != outer && ieq(g_mime_header_get_name(x), name))
+						g_mime_header_list_remove_at(ol, j);
 				}
+				continue;
 			}
 			g_mime_header_list_append(ol, name, "", NULL);
 			GMimeHeader *nh = g_mime_header_list_get_header_at(ol, g_mime_header_list_get_count(ol) - 1);
@@ -853,36 +847,30 @@ static void apply_protected_headers(struct run *r, GMimeMessage *owner, GMimeObj
 	}
 }
 
-/* The decrypted entity of a PGP/MIME piece, parsed from its spool. */
-static GMimeObject *parse_entity(struct piece *p)
+/* A piece's plaintext, as a stream of its own over the spool. */
+static GMimeStream *spool_stream(struct piece *p)
 {
-	if (lseek(p->out_fd, 0, SEEK_SET) < 0)
+	struct stat st;
+	if (fstat(p->out_fd, &st) < 0)
 		return NULL;
 	int fd = dup(p->out_fd);
 	if (fd < 0)
 		return NULL;
-	GMimeStream *s = fd_stream(fd);
+	return g_mime_stream_fs_new_with_bounds(fd, 0, st.st_size);
+}
+
+/* The decrypted entity of a PGP/MIME piece, parsed from its spool. */
+static GMimeObject *parse_entity(struct piece *p)
+{
+	GMimeStream *s = spool_stream(p);
+	if (!s)
+		return NULL;
 	GMimeParser *ps = g_mime_parser_new_with_stream(s);
 	g_mime_parser_set_persist_stream(ps, TRUE);
 	GMimeObject *o = g_mime_parser_construct_part(ps, NULL);
 	g_object_unref(ps);
 	g_object_unref(s);
 	return o;
-}
-
-static GMimeStream *spool_stream(struct piece *p)
-{
-	if (lseek(p->out_fd, 0, SEEK_SET) < 0)
-		return NULL;
-	int fd = dup(p->out_fd);
-	if (fd < 0)
-		return NULL;
-	struct stat st;
-	if (fstat(fd, &st) < 0) {
-		close(fd);
-		return NULL;
-	}
-	return g_mime_stream_fs_new_with_bounds(fd, 0, st.st_size);
 }
 
 static GMimeObject *attachment_part(struct piece *p)
@@ -925,7 +913,7 @@ static int rebuild_text(struct run *r, struct text_job *tj)
 	int fd = spool_fd(r->m);
 	if (fd < 0)
 		return fd;
-	GMimeStream *out = fd_stream(fd);
+	GMimeStream *out = g_mime_stream_fs_new(fd);
 	gint64 at = 0;
 	int err = 0;
 	for (unsigned i = 0; i < tj->n && !err; i++) {
@@ -970,6 +958,13 @@ static int rebuild_text(struct run *r, struct text_job *tj)
 	return 0;
 }
 
+/* The report's status and its name. */
+static void set_status(struct pd_mail_report *rep, unsigned status)
+{
+	rep->status = status;
+	snprintf(rep->status_name, sizeof(rep->status_name), "%s", pdc_status_name(status));
+}
+
 static void note_key(struct pd_mail_report *rep, const struct pdc_info *info)
 {
 	if (!info->key_fpr_len)
@@ -994,16 +989,14 @@ static int settle_round(struct run *r, unsigned from, GArray *next)
 		struct piece *p = &r->p[i];
 		if (p->write_err)
 			return p->write_err;
-		/* A request that never got its on_done was never answered. */
+		/* A request that never got its on_done was never answered.  Past
+		 * the mail's plaintext budget, or a decrypted entity over the
+		 * bounds the mail itself is held to: LIMIT. */
 		p->st = p->done ? classify(&p->res) : PS_UNAVAILABLE;
-		if (p->over_budget) {
+		if (p->over_budget ||
+		    (p->st == PS_OK && p->kind == PK_PGPMIME && over_lines(&r->m->pol, &p->lines))) {
 			p->st = PS_FAILED;
-			p->res.status = 16;
-		}
-		if (p->st == PS_OK && p->kind == PK_PGPMIME && over_lines(&r->m->pol, &p->lines)) {
-			/* A decrypted entity is parsed as the mail is: within the same bound. */
-			p->st = PS_FAILED;
-			p->res.status = 16;
+			p->res.status = PDC_ST_LIMIT;
 		}
 		rep->n_pieces++;
 		switch (p->st) {
@@ -1018,11 +1011,8 @@ static int settle_round(struct run *r, unsigned from, GArray *next)
 			break;
 		case PS_FAILED:
 			rep->n_failed++;
-			if (!rep->status) {
-				rep->status = p->res.status ? p->res.status : 15;
-				snprintf(rep->status_name, sizeof(rep->status_name), "%s",
-				         pdc_status_name(rep->status));
-			}
+			if (!rep->status)
+				set_status(rep, p->res.status ? p->res.status : PDC_ST_SED_REFUSED);
 			break;
 		default:
 			break;
@@ -1082,6 +1072,18 @@ static void free_run(struct run *r)
 		g_object_unref(r->msg);
 }
 
+/* The value of X-Pgpdecd-Status. */
+static void status_value(const struct pd_mail_report *rep, char *buf, size_t n)
+{
+	if (rep->outcome == PD_MAIL_NOT_ENCRYPTED)
+		snprintf(buf, n, "not-encrypted");
+	else
+		snprintf(buf, n, "%s; pieces=%u; decrypted=%u; no-key=%u; failed=%u%s%s",
+		         pd_mail_outcome_name(rep->outcome), rep->n_pieces, rep->n_decrypted,
+		         rep->n_no_key, rep->n_failed, rep->status_name[0] ? "; status=" : "",
+		         rep->status_name);
+}
+
 static void add_result_headers(struct run *r, GMimeMessage *msg)
 {
 	struct pd_mail_report *rep = r->rep;
@@ -1100,13 +1102,7 @@ static void add_result_headers(struct run *r, GMimeMessage *msg)
 		hex[2 * rep->key_fpr_len[k]] = 0;
 		g_mime_object_prepend_header(o, HDR_PREFIX "Key", hex, NULL);
 	}
-	if (rep->outcome == PD_MAIL_NOT_ENCRYPTED)
-		snprintf(buf, sizeof(buf), "not-encrypted");
-	else
-		snprintf(buf, sizeof(buf), "%s; pieces=%u; decrypted=%u; no-key=%u; failed=%u%s%s",
-		         pd_mail_outcome_name(rep->outcome), rep->n_pieces, rep->n_decrypted,
-		         rep->n_no_key, rep->n_failed, rep->status_name[0] ? "; status=" : "",
-		         rep->status_name);
+	status_value(rep, buf, sizeof(buf));
 	g_mime_object_prepend_header(o, HDR_PREFIX "Status", buf, NULL);
 }
 
@@ -1212,7 +1208,7 @@ static int spool_input(struct pd_mail *m, int in_fd, GMimeStream **ret, uint64_t
 		close(fd);
 		return err;
 	}
-	*ret = fd_stream(fd);
+	*ret = g_mime_stream_fs_new(fd);
 	*ret_len = total;
 	*ret_lines = lc;
 	return 0;
@@ -1268,7 +1264,8 @@ static int write_message(GMimeMessage *msg, int out_fd, uint64_t *ret_len)
 
 /* A mail too complex to parse, passed on by policy: its header section
  * copied without fields of our names (and their continuation lines), our
- * status on top, the body as it is.  GMime is not asked to build it. */
+ * status on top, the body as it is.  GMime is not asked to build it, and
+ * lines are read in bounded pieces. */
 static int write_unparsed(GMimeStream *spool, int out_fd, const struct pd_mail_report *rep,
                           uint64_t *ret_len)
 {
@@ -1276,33 +1273,29 @@ static int write_unparsed(GMimeStream *spool, int out_fd, const struct pd_mail_r
 	if (ofd < 0)
 		return -errno;
 	GMimeStream *os = g_mime_stream_pipe_new(ofd);
-	char line[128];
-	snprintf(line, sizeof(line), HDR_PREFIX "Status: %s; pieces=0; decrypted=0; no-key=0; failed=1; status=%s\n",
-	         pd_mail_outcome_name(rep->outcome), rep->status_name);
-	int err = g_mime_stream_write_string(os, line) < 0 ? -EIO : 0;
+	char line[1024];
+	status_value(rep, line, sizeof(line));
+	int err = g_mime_stream_printf(os, HDR_PREFIX "Status: %s\n", line) < 0 ? -EIO : 0;
 	g_mime_stream_reset(spool);
 	GMimeStream *in = g_mime_stream_buffer_new(spool, GMIME_STREAM_BUFFER_BLOCK_READ);
-	GByteArray *l = g_byte_array_new();
-	bool dropping = false, in_header = true;
-	while (!err && in_header) {
-		g_byte_array_set_size(l, 0);
-		g_mime_stream_buffer_readln(in, l);
-		if (l->len == 0)
+	bool dropping = false, start = true;
+	while (!err) {
+		ssize_t n = g_mime_stream_buffer_gets(in, line, sizeof(line));
+		if (n <= 0)
 			break;
-		if (l->data[0] == '\n') {
-			in_header = false;
-		} else if (l->data[0] != ' ' && l->data[0] != '\t') {
-			dropping = l->len >= sizeof(HDR_PREFIX) - 1 &&
-			           g_ascii_strncasecmp((char *)l->data, HDR_PREFIX, sizeof(HDR_PREFIX) - 1) == 0;
-		}
-		if (in_header) /* a bare CR ends a line for some parsers: see end_fields() */
-			for (guint k = 0; k < l->len; k++)
-				if (l->data[k] == '\r' || l->data[k] == 0)
-					l->data[k] = ' ';
-		if (!dropping || !in_header)
-			err = g_mime_stream_write(os, (char *)l->data, l->len) < 0 ? -EIO : 0;
+		bool end_of_section = start && line[0] == '\n';
+		if (start && !end_of_section && line[0] != ' ' && line[0] != '\t')
+			dropping = g_ascii_strncasecmp(line, HDR_PREFIX, sizeof(HDR_PREFIX) - 1) == 0;
+		/* a bare CR ends a line for some parsers: see end_fields() */
+		for (ssize_t k = 0; k < n; k++)
+			if (line[k] == '\r' || line[k] == 0)
+				line[k] = ' ';
+		if (!dropping || end_of_section)
+			err = g_mime_stream_write(os, line, (size_t)n) < 0 ? -EIO : 0;
+		if (end_of_section)
+			break;
+		start = line[n - 1] == '\n';
 	}
-	g_byte_array_free(l, TRUE);
 	if (!err)
 		err = copy_stream(in, os);
 	gint64 n = g_mime_stream_tell(spool);
@@ -1310,6 +1303,121 @@ static int write_unparsed(GMimeStream *spool, int out_fd, const struct pd_mail_r
 	g_object_unref(os);
 	*ret_len = n > 0 ? (uint64_t)n : 0;
 	return err;
+}
+
+/* What a policy action makes of a mail. */
+static enum pd_mail_verdict verdict_of(enum pd_mail_action a)
+{
+	return a == PD_MAIL_REJECT ? PD_MAIL_BOUNCE : a == PD_MAIL_QUARANTINE ? PD_MAIL_HOLD : PD_MAIL_WRITTEN;
+}
+
+/* The decryption rounds over a parsed mail; 0 or a local error. */
+static int decrypt_mail(struct run *r)
+{
+	int err = 0;
+	GArray *roots = g_array_new(FALSE, FALSE, sizeof(struct root));
+	GMimeObject *body = g_mime_message_get_mime_part(r->msg);
+	if (body) {
+		struct root top = { .obj = g_object_ref(body), .at = { .owner = r->msg } };
+		g_array_append_val(roots, top);
+	}
+	for (unsigned depth = 0; roots->len; depth++) {
+		unsigned from = r->n;
+		GArray *next = g_array_new(FALSE, FALSE, sizeof(struct root));
+		for (unsigned i = 0; i < roots->len && !err; i++) {
+			struct root *rt = &g_array_index(roots, struct root, i);
+			err = walk(r, rt->obj, rt->at, 0);
+		}
+		if (!err && r->n > from && depth > r->m->pol.max_depth) {
+			/* Encrypted deeper than max_depth: left as it is, and LIMIT. */
+			r->over_limit = true;
+			for (unsigned i = from; i < r->n; i++)
+				if (r->p[i].src)
+					g_object_unref(r->p[i].src);
+			r->n = from;
+		}
+		if (!err && r->n > from)
+			err = decrypt_round(r, from);
+		if (!err && r->n > from)
+			err = settle_round(r, from, next);
+		for (unsigned i = 0; i < roots->len; i++)
+			g_object_unref(g_array_index(roots, struct root, i).obj);
+		g_array_free(roots, TRUE);
+		roots = next;
+		if (err)
+			break;
+	}
+	for (unsigned i = 0; i < roots->len; i++)
+		g_object_unref(g_array_index(roots, struct root, i).obj);
+	g_array_free(roots, TRUE);
+	return err;
+}
+
+/* The outcome, the status and the verdict, from the pieces' states. */
+static void decide(struct run *r)
+{
+	struct pd_mail_report *rep = r->rep;
+	if (r->over_limit) {
+		rep->n_failed++;
+		if (!rep->status)
+			set_status(rep, PDC_ST_LIMIT);
+	}
+	for (unsigned i = 0; i < r->n; i++)
+		if (r->p[i].st == PS_UNAVAILABLE) {
+			const struct pdc_result *res = &r->p[i].res;
+			rep->outcome = PD_MAIL_UNAVAILABLE;
+			rep->status = res->status;
+			snprintf(rep->status_name, sizeof(rep->status_name), "%s",
+			         res->errname[0] ? res->errname : "UNAVAILABLE");
+			rep->verdict = PD_MAIL_TEMPFAIL;
+			return;
+		}
+	if (rep->n_pieces == 0 && !r->over_limit)
+		rep->outcome = PD_MAIL_NOT_ENCRYPTED;
+	else if (rep->n_decrypted == rep->n_pieces && !r->over_limit)
+		rep->outcome = PD_MAIL_DECRYPTED;
+	else if (rep->n_decrypted)
+		rep->outcome = PD_MAIL_PARTLY;
+	else if (rep->n_failed)
+		rep->outcome = PD_MAIL_FAILED;
+	else
+		rep->outcome = PD_MAIL_NO_KEY;
+	/* status names the first failure; else the first piece no key opened. */
+	if (!rep->n_failed && rep->n_no_key)
+		for (unsigned i = 0; i < r->n; i++)
+			if (r->p[i].st == PS_NO_KEY) {
+				set_status(rep, r->p[i].res.status); /* NO_KEY, or NO_PASSWORD */
+				break;
+			}
+	enum pd_mail_action act = PD_MAIL_PASS;
+	if (rep->n_failed)
+		act = r->m->pol.on_failure;
+	else if (rep->outcome == PD_MAIL_NO_KEY)
+		act = r->m->pol.on_no_key;
+	rep->verdict = verdict_of(act);
+}
+
+/* The original, parsed again from the spool, attached after the decrypted
+ * content as message/rfc822. */
+static void attach_original(GMimeMessage *msg, GMimeStream *spool)
+{
+	g_mime_stream_reset(spool);
+	GMimeParser *ps = g_mime_parser_new_with_stream(spool);
+	g_mime_parser_set_persist_stream(ps, TRUE);
+	GMimeMessage *orig = g_mime_parser_construct_message(ps, NULL);
+	g_object_unref(ps);
+	if (!orig)
+		return;
+	GMimeMultipart *mixed = g_mime_multipart_new_with_subtype("mixed");
+	g_mime_multipart_add(mixed, g_mime_message_get_mime_part(msg));
+	GMimeMessagePart *mp = g_mime_message_part_new_with_message("rfc822", orig);
+	g_mime_object_set_disposition(GMIME_OBJECT(mp), "attachment");
+	g_mime_multipart_add(mixed, GMIME_OBJECT(mp));
+	g_object_unref(mp);
+	g_object_unref(orig);
+	g_mime_message_set_mime_part(msg, GMIME_OBJECT(mixed));
+	g_object_unref(mixed);
+	g_mime_object_prepend_header(GMIME_OBJECT(msg), HDR_PREFIX "Original", "attached", NULL);
 }
 
 int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_report *ret)
@@ -1322,153 +1430,37 @@ int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_rep
 	if (err)
 		return err;
 	if (over_lines(&m->pol, &lines)) {
-		rep.outcome = PD_MAIL_FAILED;
-		rep.n_failed = 1;
-		rep.status = 16;
-		snprintf(rep.status_name, sizeof(rep.status_name), "%s", pdc_status_name(16));
-		rep.verdict = m->pol.on_failure == PD_MAIL_REJECT ? PD_MAIL_BOUNCE
-		            : m->pol.on_failure == PD_MAIL_QUARANTINE ? PD_MAIL_HOLD : PD_MAIL_WRITTEN;
-		if (rep.verdict != PD_MAIL_BOUNCE)
-			err = write_unparsed(spool, out_fd, &rep, &rep.bytes_out);
-		g_object_unref(spool);
-		if (!err)
-			*ret = rep;
-		return err;
-	}
-	g_mime_stream_reset(spool);
-	GMimeParser *ps = g_mime_parser_new_with_stream(spool);
-	g_mime_parser_set_persist_stream(ps, TRUE);
-	r.msg = g_mime_parser_construct_message(ps, NULL);
-	g_object_unref(ps);
-	if (!r.msg) {
-		/* Not a message GMime can parse: nothing we can decrypt in it. */
-		g_object_unref(spool);
-		return -EINVAL;
-	}
-	remove_ours(GMIME_OBJECT(r.msg));
-
-	GArray *roots = g_array_new(FALSE, FALSE, sizeof(struct root));
-	GMimeObject *body = g_mime_message_get_mime_part(r.msg);
-	if (body) {
-		struct root top = { .obj = g_object_ref(body), .at = { .owner = r.msg } };
-		g_array_append_val(roots, top);
-	}
-	for (unsigned depth = 0; roots->len; depth++) {
-		unsigned from = r.n;
-		GArray *next = g_array_new(FALSE, FALSE, sizeof(struct root));
-		for (unsigned i = 0; i < roots->len && !err; i++) {
-			struct root *rt = &g_array_index(roots, struct root, i);
-			err = walk(&r, rt->obj, rt->at, 0, depth);
+		/* More parts or fields than GMime may build: not parsed, LIMIT. */
+		r.over_limit = true;
+	} else {
+		GMimeParser *ps = g_mime_parser_new_with_stream(spool);
+		g_mime_parser_set_persist_stream(ps, TRUE);
+		r.msg = g_mime_parser_construct_message(ps, NULL);
+		g_object_unref(ps);
+		if (!r.msg) {
+			/* Not a message GMime can parse: nothing we can decrypt in it. */
+			err = -EINVAL;
+			goto out;
 		}
-		if (!err && r.n > from && depth > m->pol.max_depth) {
-			/* Encrypted deeper than max_depth: left as it is, and LIMIT. */
-			r.over_limit = true;
-			for (unsigned i = from; i < r.n; i++)
-				if (r.p[i].src)
-					g_object_unref(r.p[i].src);
-			r.n = from;
-		}
-		if (!err && r.n > from)
-			err = decrypt_round(&r, from);
-		if (!err && r.n > from)
-			err = settle_round(&r, from, next);
-		for (unsigned i = 0; i < roots->len; i++)
-			g_object_unref(g_array_index(roots, struct root, i).obj);
-		g_array_free(roots, TRUE);
-		roots = next;
+		remove_ours(GMIME_OBJECT(r.msg));
+		err = decrypt_mail(&r);
 		if (err)
-			break;
+			goto out;
 	}
-	for (unsigned i = 0; i < roots->len; i++)
-		g_object_unref(g_array_index(roots, struct root, i).obj);
-	g_array_free(roots, TRUE);
-	if (err)
+	decide(&r);
+	if (rep.verdict != PD_MAIL_WRITTEN && rep.verdict != PD_MAIL_HOLD)
 		goto out;
-
-	/* The outcome and what to do. */
-	unsigned unavailable = 0;
-	for (unsigned i = 0; i < r.n; i++)
-		unavailable += r.p[i].st == PS_UNAVAILABLE;
-	if (r.over_limit) {
-		rep.n_failed++;
-		if (!rep.status) {
-			rep.status = 16;
-			snprintf(rep.status_name, sizeof(rep.status_name), "%s", pdc_status_name(16));
-		}
-	}
-	if (unavailable) {
-		rep.outcome = PD_MAIL_UNAVAILABLE;
-		for (unsigned i = 0; i < r.n; i++)
-			if (r.p[i].st == PS_UNAVAILABLE) {
-				const struct pdc_result *res = &r.p[i].res;
-				snprintf(rep.status_name, sizeof(rep.status_name), "%s",
-				         res->errname[0] ? res->errname : "UNAVAILABLE");
-				rep.status = res->status;
-				break;
-			}
-		rep.verdict = PD_MAIL_TEMPFAIL;
+	if (!r.msg) {
+		err = write_unparsed(spool, out_fd, &rep, &rep.bytes_out);
 		goto out;
 	}
-	if (rep.n_pieces == 0 && !r.over_limit)
-		rep.outcome = PD_MAIL_NOT_ENCRYPTED;
-	else if (rep.n_decrypted == rep.n_pieces && !r.over_limit)
-		rep.outcome = PD_MAIL_DECRYPTED;
-	else if (rep.n_decrypted)
-		rep.outcome = PD_MAIL_PARTLY;
-	else if (rep.n_failed)
-		rep.outcome = PD_MAIL_FAILED;
-	else
-		rep.outcome = PD_MAIL_NO_KEY;
-	/* status names the first failure; else NO_KEY if a piece had no key. */
-	if (!rep.n_failed && rep.n_no_key)
-		for (unsigned i = 0; i < r.n; i++)
-			if (r.p[i].st == PS_NO_KEY) {
-				rep.status = r.p[i].res.status; /* NO_KEY, or NO_PASSWORD */
-				snprintf(rep.status_name, sizeof(rep.status_name), "%s", pdc_status_name(rep.status));
-				break;
-			}
-	enum pd_mail_action act = PD_MAIL_PASS;
-	if (rep.n_failed)
-		act = m->pol.on_failure;
-	else if (rep.n_no_key && rep.outcome == PD_MAIL_NO_KEY)
-		act = m->pol.on_no_key;
-	if (act == PD_MAIL_REJECT) {
-		rep.verdict = PD_MAIL_BOUNCE;
-		goto out;
-	}
-	rep.verdict = act == PD_MAIL_QUARANTINE ? PD_MAIL_HOLD : PD_MAIL_WRITTEN;
-
-	GMimeMessage *outmsg = r.msg;
-	if (m->pol.keep_original && rep.n_decrypted) {
-		/* The original, parsed again from the spool, as an attachment. */
-		g_mime_stream_reset(spool);
-		GMimeParser *p2 = g_mime_parser_new_with_stream(spool);
-		g_mime_parser_set_persist_stream(p2, TRUE);
-		GMimeMessage *orig = g_mime_parser_construct_message(p2, NULL);
-		g_object_unref(p2);
-		if (orig) {
-			GMimeMultipart *mixed = g_mime_multipart_new_with_subtype("mixed");
-			GMimeObject *dec = g_mime_message_get_mime_part(r.msg);
-			g_object_ref(dec);
-			g_mime_multipart_add(mixed, dec);
-			g_object_unref(dec);
-			GMimeMessagePart *mp = g_mime_message_part_new_with_message("rfc822", orig);
-			g_mime_object_set_disposition(GMIME_OBJECT(mp), "attachment");
-			g_mime_multipart_add(mixed, GMIME_OBJECT(mp));
-			g_object_unref(mp);
-			g_object_unref(orig);
-			g_mime_message_set_mime_part(r.msg, GMIME_OBJECT(mixed));
-			g_object_unref(mixed);
-			g_mime_object_prepend_header(GMIME_OBJECT(r.msg), HDR_PREFIX "Original", "attached", NULL);
-		}
-	}
-	add_result_headers(&r, outmsg);
-
-	err = write_message(outmsg, out_fd, &rep.bytes_out);
+	if (m->pol.keep_original && rep.n_decrypted)
+		attach_original(r.msg, spool);
+	add_result_headers(&r, r.msg);
+	err = write_message(r.msg, out_fd, &rep.bytes_out);
 out:
 	free_run(&r);
-	if (spool)
-		g_object_unref(spool);
+	g_object_unref(spool);
 	if (!err)
 		*ret = rep;
 	return err;
@@ -1504,7 +1496,7 @@ int pd_mail_header_fields(int fd, int (*cb)(void *arg, const char *name, const c
 	GMimeStream *s = g_mime_stream_fs_new(dfd);
 	/* Only the header section goes to GMime, not the whole mail (which may
 	 * hold 10,000 parts): it ends at the first empty line. */
-	gint64 section = st.st_size;
+	gint64 section = st.st_size, body = st.st_size;
 	{
 		GMimeStream *sub = g_mime_stream_substream(s, 0, st.st_size);
 		GMimeStream *buf = g_mime_stream_buffer_new(sub, GMIME_STREAM_BUFFER_BLOCK_READ);
@@ -1515,6 +1507,7 @@ int pd_mail_header_fields(int fd, int (*cb)(void *arg, const char *name, const c
 		while ((n = g_mime_stream_buffer_gets(buf, line, sizeof(line))) > 0) {
 			if (start && (line[0] == '\n' || (n == 2 && line[0] == '\r' && line[1] == '\n'))) {
 				section = at;
+				body = at + n; /* after the empty line */
 				break;
 			}
 			at += n;
@@ -1545,16 +1538,13 @@ int pd_mail_header_fields(int fd, int (*cb)(void *arg, const char *name, const c
 	}
 	g_ptr_array_sort(all, by_offset);
 	int err = 0;
-	gint64 end = 0;
 	for (unsigned i = 0; i < all->len && !err; i++) {
 		GMimeHeader *h = g_ptr_array_index(all, i);
 		const char *raw = g_mime_header_get_raw_value(h);
-		gint64 off = g_mime_header_get_offset(h);
-		if (!raw || off < end) {
+		if (!raw) {
 			err = -EBADMSG;
 			break;
 		}
-		end = off + (gint64)strlen(g_mime_header_get_raw_name(h)) + 1 + (gint64)strlen(raw);
 		char *v = g_strdup(raw);
 		size_t n = strlen(v);
 		if (n && v[n - 1] == '\n')
@@ -1569,18 +1559,6 @@ int pd_mail_header_fields(int fd, int (*cb)(void *arg, const char *name, const c
 	g_object_unref(s);
 	if (err)
 		return err;
-	/* The empty line after the last field, if the file goes on. */
-	gint64 body = end;
-	if (end < st.st_size) {
-		char c[2];
-		ssize_t n = pread(fd, c, 2, end);
-		if (n >= 1 && c[0] == '\n')
-			body = end + 1;
-		else if (n == 2 && c[0] == '\r' && c[1] == '\n')
-			body = end + 2;
-		else
-			return -EBADMSG;
-	}
 	*ret_body_off = body;
 	return 0;
 }
