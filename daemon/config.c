@@ -244,6 +244,8 @@ static int ini_cb(void *user, const char *section, const char *name, const char 
 	struct ini_ctx *x = user;
 	char where[PATH_MAX + 64];
 	const struct opt *o = find_opt(name);
+	if (x->r < 0) /* inih goes on after an error: keep the first one */
+		return 0;
 
 	snprintf(where, sizeof(where), "%s [%s] %s", x->c->config_file, section, name);
 	if (!o || o->off == offsetof(struct pd_config, config_file)) {

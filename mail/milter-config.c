@@ -148,6 +148,8 @@ static int ini_cb(void *user, const char *section, const char *name, const char 
 {
 	struct ini_ctx *x = user;
 	const struct opt *o = NULL;
+	if (x->r < 0) /* inih goes on after an error: keep the first one */
+		return 0;
 
 	for (size_t i = 0; i < N_OPTS; i++)
 		if (!strcmp(opts[i].name, name))

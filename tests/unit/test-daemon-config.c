@@ -95,6 +95,10 @@ static void test_errors(void **state)
 	path = write_ini("[limits\nbroken\n");
 	expect_error(LOAD(&c, err, "--config", path, "--listen", "unix:/x", "--key", "k"), err, "line 1");
 	unlink(path);
+	/* inih reads on after an error: the first one is reported, not the last */
+	path = write_ini("[limits]\nqueue-lenght = 7\nqueue-length = 7\n");
+	expect_error(LOAD(&c, err, "--config", path, "--listen", "unix:/x", "--key", "k"), err, "queue-lenght");
+	unlink(path);
 	expect_error(LOAD(&c, err, "--config", "/nonexistent/pgpdecd.conf"), err, "/nonexistent/pgpdecd.conf");
 	expect_error(LOAD(&c, err, "--listen", "unix:/x"), err, "no keys");
 	expect_error(LOAD(&c, err, "--key", "k"), err, "nothing to listen on");

@@ -268,6 +268,9 @@ static void test_config_errors(void **state)
 	expect_error("concurrency = 0\n", "concurrency");
 	expect_error("socket-group = no-such-group-here\n", "no such group");
 	expect_error("this is not ini\n", ":1: syntax error");
+	/* inih reads on after an error: the first one is what is reported */
+	expect_error("socket-mode = 9999\ntimeout = 5s\n", ":1: socket-mode wants an octal mode");
+	expect_error("socket-mode = 9999\nconcurrency = x\n", ":1: socket-mode wants an octal mode");
 
 	struct pd_milter_config *c = NULL;
 	char err[256] = "";
