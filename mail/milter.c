@@ -178,9 +178,7 @@ static int spool_open(void)
 	char path[4096];
 	if ((size_t)snprintf(path, sizeof(path), "%s/pgpdecd-milter.XXXXXX", dir) >= sizeof(path))
 		return -ENAMETOOLONG;
-	mode_t old = umask(0077);
-	fd = mkostemp(path, O_CLOEXEC);
-	umask(old);
+	fd = mkostemp(path, O_CLOEXEC); /* 0600; no umask(): threads share it */
 	if (fd < 0)
 		return -errno;
 	unlink(path);
@@ -344,11 +342,14 @@ static sfsistat on_header(SMFICTX *ctx, char *name, char *value)
 	if (!m)
 		return tempfail(ctx, "local error: spool");
 	struct conn *c = smfi_getpriv(ctx);
-	if (pd_hdr_list_add(&m->hdrs, name, value) < 0) {
+	int added = pd_hdr_list_add(&m->hdrs, name, value);
+	if (added == -E2BIG) {
 		reply(ctx, "552", "5.3.4", "message header too big to decrypt");
 		msg_reset(ctx);
 		return SMFIS_REJECT;
 	}
+	if (added < 0) /* out of memory is ours, not the mail's */
+		return tempfail(ctx, "local error: memory");
 	/* "Name:" [" "] value, each line break as CRLF */
 	size_t nl = strlen(name), vl = strlen(value), o = 0;
 	char *buf = malloc(nl + 2 + 2 * vl + 2);
@@ -620,6 +621,7 @@ static sfsistat on_eom(SMFICTX *ctx)
 			logf_("%s: rejected: header section over the limits (outcome=%s)", qid,
 			      pd_mail_outcome_name(rep.outcome));
 			reply(ctx, "550", "5.7.1", "not decrypted: LIMIT");
+			msg_reset(ctx);
 			return SMFIS_REJECT;
 		}
 		if (r < 0) {
@@ -720,8 +722,9 @@ int main(int argc, char **argv)
 		logf_("smfi_register/smfi_setconn %s failed", cfg->listen);
 		return EX_SOFTWARE;
 	}
-	int secs = (int)((cfg->timeout_ms + 999) / 1000);
-	smfi_settimeout(secs);
+	/* libmilter's own timeout (7210 s) stays for the MTA side: it applies
+	 * to every read, also between the commands of an idle SMTP session,
+	 * and the MTA has its own milter_*_timeout; "timeout" is the daemon's. */
 	const char *path = unix_path(cfg->listen);
 	mode_t old = umask(0777 & ~cfg->socket_mode);
 	r = smfi_opensocket(true);
@@ -744,9 +747,9 @@ int main(int argc, char **argv)
 		logf_("daemon: %s", strerror(errno));
 		return EX_OSERR;
 	}
-	logf_("listening on %s, daemon %s%s%s, concurrency %u, timeout %ds (version %s)", cfg->listen,
+	logf_("listening on %s, daemon %s%s, concurrency %u, timeout %llus (version %s)", cfg->listen,
 	      cfg->connect ? cfg->connect : cfg->socket, cfg->connect && !cfg->allow_plain_tcp ? " (TLS)" : "",
-	      "", cfg->concurrency, secs, PD_VERSION);
+	      cfg->concurrency, (unsigned long long)((cfg->timeout_ms + 999) / 1000), PD_VERSION);
 	r = smfi_main();
 	logf_("stopped");
 	pool_deinit();
