@@ -6,11 +6,16 @@ test_postfix_load.py) and contrib/bench/mail.py:
     Daemon(root, log)   pgpdecd on root/pgpdecd/pgpdecd.sock, mode 0660,
                         group TEST_GROUP, in a directory only that group
                         may enter (/run/pgpdecd); start() / stop() / restart
-    Milter(root, daemon_sock, **conf)
+    Milter(root, daemon_sock, name="milter", **conf)
                         pgpdecd-milter with the default configuration but
-                        for the paths: listen unix:root/milter/milter.sock
+                        for the paths: listen unix:root/NAME/milter.sock
                         (group postfix, mode 0660: smtpd runs as postfix),
                         socket = the daemon's, spool-dir; conf overrides
+                        (keys as in the file: **{"on-failure": "pass"})
+    LocalDaemon(sock, log)
+                        pgpdecd on the path sock, default mode and group
+    all: start() waits for the socket (failing if the process exits), stop()
+    asserts a clean exit, text() is the log
     workdir(prefix)     a fresh 0755 directory under /var/tmp (the users
                         pipe(8) and smtpd run as must reach the sockets)
 
@@ -67,75 +72,92 @@ def _check_exit(what, rc, log):
     assert rc == 0 and not bad, f"{what} exited {rc}:\n" + "\n".join(bad or text.splitlines()[-20:])
 
 
-class Daemon:
-    def __init__(self, root, log, workers=2, extra=()):
-        self.dir = Path(root) / "pgpdecd"
-        self.dir.mkdir(mode=0o750, exist_ok=True)
-        os.chown(self.dir, 0, ensure_group(TEST_GROUP))
-        self.sock = self.dir / "pgpdecd.sock"
-        self.logpath, self.proc = Path(log), None
-        self.workers, self.extra = workers, list(extra)
+class _Proc:
+    """A child logging to self.logpath; stop() sends SIGTERM and asserts a
+    clean exit (0: a sanitizer report fails it)."""
+    name = "?"
+    proc = None
 
-    def start(self):
-        if self.sock.exists():
-            self.sock.unlink()
+    def _spawn(self, argv, sock):
+        if sock.exists():
+            sock.unlink()
         self.log = open(self.logpath, "ab")
-        self.proc = subprocess.Popen(
-            [str(DAEMON), "--listen", f"unix:{self.sock}", "--key", str(SECRET_KEY),
-             "--workers", str(self.workers), "--socket-group", TEST_GROUP,
-             "--socket-mode", "0660", *self.extra],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for(self.sock.exists, "the daemon's socket", proc=self.proc, log=self.logpath)
-        return self
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for(sock.exists, f"the {self.name} socket", proc=self.proc, log=self.logpath)
 
     def stop(self):
-        """SIGTERM; asserts a clean exit (0: a sanitizer report fails it)."""
         if self.proc:
             rc = _stop(self.proc)
             self.log.close()
             self.proc = None
-            _check_exit("pgpdecd", rc, self.logpath)
+            _check_exit(self.name, rc, self.logpath)
+
+    def text(self):
+        return self.logpath.read_text(errors="replace")
 
 
-class Milter:
+class Daemon(_Proc):
+    name = "pgpdecd"
+
+    def __init__(self, root, log, workers=2, extra=()):
+        self.dir = Path(root) / "pgpdecd"
+        self.dir.mkdir(mode=0o750, parents=True, exist_ok=True)
+        os.chown(self.dir, 0, ensure_group(TEST_GROUP))
+        self.sock = self.dir / "pgpdecd.sock"
+        self.logpath = Path(log)
+        self.workers, self.extra = workers, list(extra)
+
+    def start(self):
+        self._spawn([str(DAEMON), "--listen", f"unix:{self.sock}", "--key", str(SECRET_KEY),
+                     "--workers", str(self.workers), "--socket-group", TEST_GROUP,
+                     "--socket-mode", "0660", *self.extra], self.sock)
+        return self
+
+
+class LocalDaemon(_Proc):
+    """pgpdecd on the socket path sock, default mode and group (no root
+    needed): the tests of pgpdecd-client --mime."""
+    name = "pgpdecd"
+
+    def __init__(self, sock, log, workers=2, extra=()):
+        self.sock, self.logpath = Path(sock), Path(log)
+        self.workers, self.extra = workers, list(extra)
+
+    def start(self):
+        self._spawn([str(DAEMON), "--listen", f"unix:{self.sock}", "--key", str(SECRET_KEY),
+                     "--workers", str(self.workers), *self.extra], self.sock)
+        return self
+
+
+class Milter(_Proc):
+    name = "pgpdecd-milter"
+
     def __init__(self, root, daemon_sock, name="milter", **conf):
         self.dir = Path(root) / name
-        self.dir.mkdir(mode=0o755, exist_ok=True)
+        self.dir.mkdir(mode=0o755, parents=True, exist_ok=True)
         self.sock = self.dir / "milter.sock"
         self.logpath = self.dir / "milter.log"
         lines = {"listen": f"unix:{self.sock}", "socket-group": "postfix", "socket-mode": "0660",
                  "socket": str(daemon_sock), "spool-dir": str(self.dir)}
         lines.update(conf)
+        self.mode = int(lines["socket-mode"], 8)
         self.conf = self.dir / "milter.conf"
         self.conf.write_text("".join(f"{k} = {v}\n" for k, v in lines.items()))
-        self.proc = None
 
     @property
     def spec(self):
         return f"unix:{self.sock}"
 
     def start(self):
+        """--check-config must accept the file; the socket appears with the
+        configured mode."""
         r = subprocess.run([str(MILTER), "-c", str(self.conf), "--check-config"],
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
-        if self.sock.exists():
-            self.sock.unlink()
-        self.log = open(self.logpath, "ab")
-        self.proc = subprocess.Popen([str(MILTER), "-c", str(self.conf), "--foreground"],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for(self.sock.exists, "the milter's socket", proc=self.proc, log=self.logpath)
+        self._spawn([str(MILTER), "-c", str(self.conf), "--foreground"], self.sock)
+        mode = self.sock.stat().st_mode & 0o777
+        assert mode == self.mode, f"{self.sock}: mode {mode:o}, configured {self.mode:o}"
         return self
-
-    def stop(self):
-        """SIGTERM; asserts a clean exit (0: a sanitizer report fails it)."""
-        if self.proc:
-            rc = _stop(self.proc)
-            self.log.close()
-            self.proc = None
-            _check_exit("pgpdecd-milter", rc, self.logpath)
-
-    def text(self):
-        return self.logpath.read_text(errors="replace")
 
 
 def after_queue(pf, milter_spec, name="pgpdecrypt"):

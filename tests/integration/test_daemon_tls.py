@@ -49,9 +49,10 @@ def make_cert(d, name, ca, extra, self_signed=False):
     return key, pem
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pki")
+def make_pki(d):
+    """In directory d: two CAs ("ca", "otherca") and (key, pem) pairs: srv
+    (localhost, 127.0.0.1), good (client of ca), foreign (client of
+    otherca), expired, self (self-signed client)."""
     ca = make_ca(d, "ca")
     other = make_ca(d, "otherca")
     srv = make_cert(d, "localhost", ca, 'dns_name = "localhost"\nip_address = "127.0.0.1"\n'
@@ -62,6 +63,11 @@ def pki(tmp_path_factory):
                         'expiration_date = "2020-02-01 00:00:00 UTC"\n')
     selfsigned = make_cert(d, "selfsigned", None, "tls_www_client\nexpiration_days = 30\n", self_signed=True)
     return {"ca": ca, "srv": srv, "good": good, "foreign": foreign, "expired": expired, "self": selfsigned}
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def free_port():
@@ -91,12 +97,15 @@ def refused(fn):
     return False
 
 
-def wait_port(port):
-    for _ in range(200):
+def wait_port(port, timeout=30):
+    """Until 127.0.0.1:port accepts a connection; fails after timeout."""
+    end = time.monotonic() + timeout
+    while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return
         except OSError:
+            assert time.monotonic() < end, f"nothing listens on 127.0.0.1:{port} within {timeout}s"
             time.sleep(0.05)
 
 

@@ -98,13 +98,11 @@ def test_long_decoded_line_bounded_memory(env, tmp_path):
 
 def test_milter_huge_protected_subject_is_not_a_tempfail(tmp_path_factory):
     import test_milter
-    from postfix_harness import Postfix, require_postfix
+    from postfix_harness import require_postfix
     require_postfix()
     gen = test_milter.env.__wrapped__(tmp_path_factory)
     e = next(gen)
-    p = Postfix(artifacts=e["artifacts"] / "review",
-                main={"milter_default_action": "tempfail", "milter_protocol": "6"})
-    p.smtpd.options["smtpd_milters"] = f"unix:{e['milter'].sock}"
+    p = test_milter.milter_postfix(e, "review", e["milter"])
     try:
         p.start()
         entity = (b"Content-Type: text/plain; protected-headers=\"v1\"\nSubject: "
@@ -143,20 +141,20 @@ def test_milter_over_the_part_limit_is_not_parsed(tmp_path_factory):
     require_postfix()
     gen = test_milter.env.__wrapped__(tmp_path_factory)
     e = next(gen)
-    mp = test_milter.Milter(e["dir"], "milter-pass", e["daemon"].sock,
+    mp = test_milter.milter(e["dir"], "milter-pass", e["daemon"].sock,
                             **{"on-failure": "pass", "max-message-size": "16M"})
     mp.start()
     p = Postfix(artifacts=e["artifacts"] / "review-parts",
                 main={"milter_default_action": "tempfail", "milter_protocol": "6",
                       "message_size_limit": "30000000"})
-    p.smtpd.options["smtpd_milters"] = f"unix:{mp.sock}"
+    p.smtpd.options["smtpd_milters"] = mp.spec
     try:
         p.start()
         mail = (b"From: alice@test.example\nTo: bob@test.example\nSubject: parts\nMIME-Version: 1.0\n"
                 b"Content-Type: multipart/mixed; boundary=\"b\"\n\n" + b"--b\n\nx\n" * 1_000_000
                 + b"--b--\n")
         r = p.send(mail, "alice@test.example", ["bob@test.example"])
-        hwm = [l for l in open(f"/proc/{mp.p.pid}/status") if l.startswith("VmHWM")][0]
+        hwm = [l for l in open(f"/proc/{mp.proc.pid}/status") if l.startswith("VmHWM")][0]
         kib = int(hwm.split()[1])
         print(r.code, hwm, mp.text()[-300:])
         assert r.code == 250, r
