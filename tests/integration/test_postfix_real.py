@@ -20,24 +20,16 @@ Here pgpmail is TEST_USER (pgpmail-test) and pgpdecd is TEST_GROUP
 import os
 import shutil
 import subprocess
-import time
-from pathlib import Path
 
 import pytest
 
 from conftest import kill_gpg_agent
+from mailgw import CLIENT, DAEMON, KEYS, Daemon, wait_for
 from postfix_harness import (TEST_GROUP, TEST_USER, Postfix, ensure_group, ensure_user,
                              free_port, require_postfix, strip_received)
 
-SRC = Path(__file__).resolve().parents[2]
-BUILD = Path(os.environ.get("PD_BUILD_DIR", SRC / "build")).resolve()
-DAEMON = BUILD / "daemon" / "pgpdecd"
-CLIENT = BUILD / "client" / "pgpdecd-client"
-KEYS = SRC / "tests" / "data" / "keys"
-
-pytestmark = pytest.mark.skipif(
-    not (shutil.which("gpg") and DAEMON.exists() and CLIENT.exists()),
-    reason="needs gpg and the built daemon and client")
+pytestmark = pytest.mark.skipif(not (shutil.which("gpg") and DAEMON.exists()),
+                                reason="needs gpg and the built daemon")
 
 BODY = "Quarterly audit report.\nLine two, \u00e4\u00f6\u00fc.\n".encode()
 
@@ -69,38 +61,6 @@ def accounts():
     return ensure_user(TEST_USER, groups=[TEST_GROUP])
 
 
-class Daemon:
-    """pgpdecd on a Unix socket of mode 0660, group TEST_GROUP, in a
-    directory only that group may enter (as the packaged units lay out
-    /run/pgpdecd)."""
-
-    def __init__(self, root, log):
-        self.dir = root / "pgpdecd"
-        self.dir.mkdir(mode=0o750)
-        os.chown(self.dir, 0, ensure_group(TEST_GROUP))
-        self.sock = self.dir / "pgpdecd.sock"
-        self.logpath, self.proc = log, None
-
-    def start(self):
-        self.log = open(self.logpath, "ab")
-        self.proc = subprocess.Popen(
-            [str(DAEMON), "--listen", f"unix:{self.sock}", "--key", str(KEYS / "rsa2048.gpg"),
-             "--workers", "1", "--socket-group", TEST_GROUP, "--socket-mode", "0660"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        end = time.monotonic() + 60
-        while not self.sock.exists():
-            assert self.proc.poll() is None, self.logpath.read_text()
-            assert time.monotonic() < end, "daemon socket did not appear"
-            time.sleep(0.02)
-
-    def stop(self):
-        if self.proc:
-            self.proc.terminate()
-            self.proc.wait(timeout=60)
-            self.log.close()
-            self.proc = None
-
-
 def archive_pipe(pf, name, user, archive):
     """contrib/postfix/README.md, recipe 1, with the test's paths."""
     pf.add_pipe(name, [CLIENT, "--socket", pf.root / "pgpdecd" / "pgpdecd.sock",
@@ -126,10 +86,7 @@ def mail_to(rcpt, body):
 
 
 def wait_file(path, timeout=30):
-    end = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < end, f"{path} did not appear"
-        time.sleep(0.05)
+    wait_for(path.exists, f"{path}", timeout=timeout)
     return path.read_bytes()
 
 
@@ -170,7 +127,7 @@ def test_plain_mail_byte_exact(tmp_path):
 
 def test_archive_pipe_needs_group_in_user(tmp_path, encrypt, accounts):
     pf = Postfix(artifacts=tmp_path / "postfix")
-    daemon = Daemon(pf.root, tmp_path / "daemon.log")
+    daemon = Daemon(pf.root, tmp_path / "daemon.log", workers=1)
     try:
         archive = make_archive(pf)
         # as the README said: user=pgpmail, and pgpmail in group pgpdecd
@@ -227,7 +184,7 @@ def test_archive_daemon_down_defers_then_delivers(tmp_path, encrypt, accounts):
     pf = Postfix(artifacts=tmp_path / "postfix",
                  main={"queue_run_delay": "300s", "minimal_backoff_time": "300s",
                        "maximal_backoff_time": "600s"})
-    daemon = Daemon(pf.root, tmp_path / "daemon.log")  # not started yet
+    daemon = Daemon(pf.root, tmp_path / "daemon.log", workers=1)  # not started yet
     try:
         archive = make_archive(pf)
         archive_pipe(pf, "pgparchg", f"{TEST_USER}:{TEST_GROUP}", archive)
