@@ -29,13 +29,13 @@ import pytest
 
 import pgp
 from mailcorpus import PUBLIC_KEY
-from mailgw import (CLIENT, DAEMON, MILTER, Daemon, Milter, after_queue, stop_all, wait_for,
+from mailgw import (DAEMON, Daemon, Milter, after_queue, stop_all, wait_for,
                     workdir)
 from postfix_harness import Postfix, require_postfix
 
-pytestmark = pytest.mark.skipif(
-    not (DAEMON.exists() and CLIENT.exists() and MILTER.exists()),
-    reason="needs the built daemon, client and milter")
+# the client and the milter are always built with the daemon (meson requires
+# GMime and libmilter): missing, they fail the tests rather than skip them
+pytestmark = pytest.mark.skipif(not DAEMON.exists(), reason="needs the built daemon")
 
 N_MAILS = 500
 SENDERS = 20

@@ -28,13 +28,14 @@ import shutil
 import pytest
 
 import mailcorpus
-from mailgw import (CLIENT, DAEMON, MILTER, Daemon, Milter, after_queue, stop_all, wait_for,
+from mailgw import (CLIENT, DAEMON, Daemon, Milter, after_queue, stop_all, wait_for,
                     workdir)
 from postfix_harness import TEST_GROUP, TEST_USER, Postfix, ensure_user, require_postfix
 
-pytestmark = pytest.mark.skipif(
-    not (shutil.which("gpg") and DAEMON.exists() and CLIENT.exists() and MILTER.exists()),
-    reason="needs gpg and the built daemon, client and milter")
+# the client and the milter are always built with the daemon (meson requires
+# GMime and libmilter): missing, they fail the tests rather than skip them
+pytestmark = pytest.mark.skipif(not (shutil.which("gpg") and DAEMON.exists()),
+                                reason="needs gpg and the built daemon")
 
 _CORPUS = []
 
@@ -55,9 +56,10 @@ def names():
 
 
 CASES = names()
-WIRE_CASES = [n for n in ("thunderbird", "thunderbird-lf", "inline-crlf", "inline-lf") if n in CASES]
-AFTER_QUEUE_CASES = [n for n in ("thunderbird", "inline-quoted-printable-utf-8", "attachments",
-                                 "tampered") if n in CASES]
+# named cases the corpus lacks fail (corpus.case() raises), never drop out
+WIRE_CASES = ["thunderbird", "thunderbird-lf", "inline-crlf", "inline-lf"] if CASES else []
+AFTER_QUEUE_CASES = ["thunderbird", "inline-quoted-printable-utf-8", "attachments",
+                     "tampered"] if CASES else []
 ENGINE_SENTENCE = re.compile(r"integrity check failed|modified|session key|packet", re.I)
 
 # contrib/postfix/README.md, recipe 1, as the test runs it: the README's
