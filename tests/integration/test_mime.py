@@ -12,13 +12,13 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
 
 from conftest import kill_gpg_agent
+from mailgw import LocalDaemon
 
 SRC = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("PD_BUILD_DIR", SRC / "build")).resolve()
@@ -47,20 +47,15 @@ def env(tmp_path_factory):
                               + ["--encrypt", "-r", fpr], input=data, check=True,
                               capture_output=True).stdout
 
-    sock = d / "pd.sock"
-    log = open(d / "daemon.log", "wb")
-    p = subprocess.Popen([str(BUILD / "daemon" / "pgpdecd"), "--listen", f"unix:{sock}",
-                          "--key", str(KEYS / "rsa2048.gpg"), "--workers", "2"],
-                         stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(200):
-        if sock.exists():
-            break
-        time.sleep(0.05)
-    yield {"dir": d, "encrypt": encrypt, "sock": sock, "gpg": gpg, "fpr": fpr}
-    p.terminate()
-    p.wait(timeout=30)
-    log.close()
-    kill_gpg_agent(home)
+    daemon = LocalDaemon(d / "pd.sock", d / "daemon.log")
+    try:
+        daemon.start()
+        yield {"dir": d, "encrypt": encrypt, "sock": daemon.sock, "gpg": gpg, "fpr": fpr}
+    finally:
+        try:
+            daemon.stop()   # a clean exit: a sanitizer report fails it
+        finally:
+            kill_gpg_agent(home)
 
 
 def mime(env, mail: bytes, *args, sock=None, stdout=subprocess.PIPE, timeout=120):
