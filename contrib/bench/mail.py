@@ -175,10 +175,13 @@ def main():
             def fn(i):
                 with open(root / f"{kind}.eml", "rb") as f:
                     t = time.monotonic()
-                    r = subprocess.run(client + ["--mime"], stdin=f, stdout=subprocess.DEVNULL,
+                    r = subprocess.run(client + ["--mime"], stdin=f, stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE)
                     d = time.monotonic() - t
+                # exit 0 alone would also be a mail passed through undecrypted
                 assert r.returncode == 0, r.stderr
+                head = re.split(rb"\r?\n\r?\n", r.stdout, maxsplit=1)[0]
+                assert re.search(rb"(?m)^X-Pgpdecd-Status: decrypted;", head), head[:2000]
                 return d
             return fn
 
