@@ -17,7 +17,7 @@
 #include "log.h"
 #include "units.h"
 
-enum opt_type { T_STR, T_LIST, T_UINT, T_SIZE, T_MS, T_BOOL, T_MODE, T_LEVEL };
+enum opt_type { T_STR, T_LIST, T_UINT, T_SIZE, T_MS, T_BOOL, T_MODE, T_LEVEL, T_LEVEL_OFF };
 
 struct opt {
 	const char *name;
@@ -38,6 +38,7 @@ static const struct opt opts[] = {
 	{ "rsa-backend", 0, T_STR, O(rsa_backend), "openssl|gcrypt", "RSA private-key backend" },
 	{ "secmem-size", 0, T_SIZE, O(secmem_size), "BYTES", "locked secure memory for keys (default 4M)" },
 	{ "log-level", 0, T_LEVEL, O(log_level), "LEVEL", "err, warning, notice, info (default), debug" },
+	{ "log-requests", 0, T_LEVEL_OFF, O(log_requests), "LEVEL|off", "level of the line logged per finished request (default info)" },
 	{ "queue-length", 0, T_UINT, O(queue_length), "N", "messages being decrypted at once (a request counts from its first ciphertext); more get OVERLOADED (default 512)" },
 	{ "max-connections", 0, T_UINT, O(max_connections), "N", "open connections (default 1024)" },
 	{ "max-connections-per-peer", 0, T_UINT, O(max_connections_per_peer), "N", "per uid or address, 0 = no limit (default 0)" },
@@ -83,6 +84,7 @@ static void set_defaults(struct pd_config *c)
 {
 	c->secmem_size = 4u << 20;
 	c->log_level = PD_LOG_INFO;
+	c->log_requests = PD_LOG_INFO;
 	c->queue_length = 512;
 	c->max_connections = 1024;
 	c->max_requests_per_connection = 16;
@@ -219,10 +221,18 @@ static int set_opt(struct pd_config *c, const struct opt *o, const char *val, bo
 		*(mode_t *)p = (mode_t)m;
 		break;
 	}
+	case T_LEVEL_OFF:
+		if (!strcasecmp(val, "off") || !strcasecmp(val, "no")) {
+			*(int *)p = -1;
+			r = 0;
+			break;
+		}
+		/* fall through */
 	case T_LEVEL:
 		r = pd_log_level_parse(val);
 		if (r < 0)
-			return fail(err, errlen, "%s: %s wants err, warning, notice, info or debug, not '%s'", where, o->name, val);
+			return fail(err, errlen, "%s: %s wants err, warning, notice, info, debug%s, not '%s'", where, o->name,
+			            o->type == T_LEVEL_OFF ? " or off" : "", val);
 		*(int *)p = r;
 		r = 0;
 		break;

@@ -41,6 +41,7 @@ struct pd_config {
 	char *rsa_backend;          /* "default", "openssl", "gcrypt" */
 	size_t secmem_size;         /* secure memory bytes, libgcrypt's and OpenSSL's each */
 	int log_level;
+	int log_requests;           /* level of the per-request line; -1: off */
 
 	/* limits */
 	unsigned queue_length;      /* decryptions in progress, all connections */

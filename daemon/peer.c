@@ -17,26 +17,27 @@
 #define SO_PEERGROUPS 59 /* Linux 4.13 */
 #endif
 
-/* Refusals over one connection limit, logged at most once a minute: the
- * first at once, the ones after it as a count when the minute is over (by
- * the session sweep) or when the daemon stops. */
-struct refusal_log {
+/* Refusals over one connection limit: the sentence the peer gets, and a
+ * log line at most once a minute, the ones after it as a count (log.c). */
+struct refusal {
 	const char *limit; /* the setting's name */
 	const char *sentence;
-	unsigned value;    /* its value at the last refusal */
-	uint64_t last;     /* when a line was last logged */
-	uint64_t since;    /* refused since then, not logged yet */
-	bool logged;
+	struct pd_log_limit log;
 };
 
 static struct {
 	uint64_t refused; /* limits and allow-lists */
-	struct refusal_log over_max, over_peer;
+	struct refusal over_max, over_peer;
 } g = {
-	.over_max = { .limit = "max-connections", .sentence = "too many connections; retry later" },
+	.over_max = { .limit = "max-connections", .sentence = "too many connections; retry later",
+	              .log = PD_LOG_LIMIT("connections refused over max-connections", 1, REFUSAL_LOG_MS) },
 	.over_peer = { .limit = "max-connections-per-peer",
-	               .sentence = "too many connections from this peer; retry later" },
+	               .sentence = "too many connections from this peer; retry later",
+	               .log = PD_LOG_LIMIT("connections refused over max-connections-per-peer", 1, REFUSAL_LOG_MS) },
 };
+
+/* A local user can knock as often as it likes: a few lines a minute. */
+static struct pd_log_limit denied_log = PD_LOG_LIMIT("unix peers denied access", 10, 60000);
 
 int pd_peer_identify(struct pd_peer *p, enum pd_peer_kind kind, uv_stream_t *st)
 {
@@ -67,36 +68,10 @@ int pd_peer_identify(struct pd_peer *p, enum pd_peer_kind kind, uv_stream_t *st)
 /* ---------------------------------------------------------------- */
 /* Connection limits */
 
-static void refusal_flush(struct refusal_log *rl, uint64_t now)
-{
-	if (!rl->since)
-		return;
-	pd_log_warn("NET", "%s (%u) reached: %llu more connection%s refused in the last %llu s", rl->limit,
-	            rl->value, (unsigned long long)rl->since, rl->since == 1 ? "" : "s",
-	            (unsigned long long)((now - rl->last) / 1000));
-	rl->since = 0;
-	rl->last = now;
-}
-
-static void refusal_note(struct refusal_log *rl, unsigned value)
-{
-	uint64_t now = uv_now(pd_d.loop);
-	g.refused++;
-	rl->value = value;
-	if (rl->logged && now - rl->last < REFUSAL_LOG_MS) {
-		rl->since++;
-		return;
-	}
-	refusal_flush(rl, now); /* nothing left after a quiet minute; a count otherwise */
-	pd_log_warn("NET", "%s (%u) reached: refusing connections (logged once a minute at most)", rl->limit, value);
-	rl->logged = true;
-	rl->last = now;
-}
-
 const char *pd_peer_over_limit(const struct pd_peer *p, unsigned n_open, unsigned (*same)(const struct pd_peer *p))
 {
 	const struct pd_config *c = pd_d.cfg;
-	struct refusal_log *over = NULL;
+	struct refusal *over = NULL;
 	unsigned value = 0;
 
 	if (n_open >= c->max_connections) {
@@ -108,17 +83,11 @@ const char *pd_peer_over_limit(const struct pd_peer *p, unsigned n_open, unsigne
 	}
 	if (!over)
 		return NULL;
-	refusal_note(over, value);
+	g.refused++;
+	pd_log_limited(&over->log, PD_LOG_WARN, "NET", "%s (%u) reached: refusing connections (logged once a minute at most)",
+	               over->limit, value);
 	pd_log_debug("NET", "%s: refused (%s)", p->name, over->limit);
 	return over->sentence;
-}
-
-void pd_peer_flush(uint64_t now, bool force)
-{
-	if (force || now - g.over_max.last >= REFUSAL_LOG_MS)
-		refusal_flush(&g.over_max, now);
-	if (force || now - g.over_peer.last >= REFUSAL_LOG_MS)
-		refusal_flush(&g.over_peer, now);
 }
 
 uint64_t pd_peer_refused(void) { return g.refused; }
@@ -174,7 +143,7 @@ bool pd_peer_allowed(const struct pd_peer *p, uv_stream_t *st, const char *liste
 	if (uv_fileno((uv_handle_t *)st, &fd) == 0 && cred_allowed(fd, &p->cred))
 		return true;
 	g.refused++;
-	pd_log_notice("NET", "access denied to unix peer uid %u gid %u pid %d on %s", (unsigned)p->cred.uid,
-	              (unsigned)p->cred.gid, (int)p->cred.pid, listener);
+	pd_log_limited(&denied_log, PD_LOG_NOTICE, "NET", "access denied to unix peer uid %u gid %u pid %d on %s",
+	               (unsigned)p->cred.uid, (unsigned)p->cred.gid, (int)p->cred.pid, listener);
 	return false;
 }

@@ -38,6 +38,3 @@ const char *pd_peer_over_limit(const struct pd_peer *p, unsigned n_open, unsigne
 bool pd_peer_allowed(const struct pd_peer *p, uv_stream_t *st, const char *listener);
 /** Connections refused so far (limits and allow-lists). */
 uint64_t pd_peer_refused(void);
-/** Log, as a count, the refusals not logged yet: once their minute is over,
- * or now if force (at exit). */
-void pd_peer_flush(uint64_t now, bool force);

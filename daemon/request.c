@@ -75,6 +75,14 @@ struct pd_request {
 	uint32_t max_frame;
 	uint64_t bytes_in, max_in;
 	uint64_t t_start;       /* uv_hrtime() */
+	uint64_t seq;           /* daemon-wide request number, for its log line */
+	char peer[64];          /* who asked (peer.c's name), for its log line */
+	/* What a verified message's RESULT said (its log line); a failed
+	 * message's info is scrubbed by the engine, so these stay empty. */
+	uint8_t ok_fpr_len;
+	uint8_t ok_fpr[32];
+	uint8_t ok_integrity;
+	uint64_t result_out;
 	uint64_t deadline_ms;   /* uv_now() */
 	uint64_t start_deadline_ms; /* uv_now() by which the first ciphertext must come */
 };
@@ -86,13 +94,54 @@ static void wake(struct pd_request *r)
 		r->o->wake(r->o->ctx);
 }
 
-/* The outcome goes into the stats once, when the request is answered. */
+/* One line per finished DECRYPT request (log-requests), under journald
+ * with its fields.  Never plaintext, never the engine's sentence (it may
+ * name a file the peer chose); the key only for a verified message (a
+ * failed one says nothing of which key or trial decoded, here as on the
+ * wire).  Bytes in are what the peer sent, bytes out what the RESULT says. */
+static void log_outcome(const struct pd_request *r, uint16_t status, double seconds)
+{
+	int lvl = pd_d.cfg->log_requests;
+	static const char *const integ[] = { "none", "mdc", "aead", "unprotected" };
+	char fpr[65] = "-", f_req[40], f_id[32], f_peer[80], f_st[48], f_key[80], f_in[48], f_out[48], f_ms[40],
+	     f_int[40];
+
+	if (lvl < 0)
+		return;
+	if (r->ok_fpr_len) {
+		for (size_t i = 0; i < r->ok_fpr_len; i++)
+			snprintf(fpr + 2 * i, 3, "%02X", r->ok_fpr[i]);
+	} else if (status == PD_ST_OK) {
+		snprintf(fpr, sizeof(fpr), "password");
+	}
+	const char *st = pd_status_name(status);
+	const char *in = integ[r->ok_integrity < 4 ? r->ok_integrity : 0];
+	snprintf(f_req, sizeof(f_req), "PGPDECD_REQUEST=%llu", (unsigned long long)r->seq);
+	snprintf(f_id, sizeof(f_id), "PGPDECD_REQUEST_ID=%u", r->id);
+	snprintf(f_peer, sizeof(f_peer), "PGPDECD_PEER=%s", r->peer);
+	snprintf(f_st, sizeof(f_st), "PGPDECD_STATUS=%s", st);
+	snprintf(f_key, sizeof(f_key), "PGPDECD_KEY=%s", fpr);
+	snprintf(f_in, sizeof(f_in), "PGPDECD_BYTES_IN=%llu", (unsigned long long)r->bytes_in);
+	snprintf(f_out, sizeof(f_out), "PGPDECD_BYTES_OUT=%llu", (unsigned long long)r->result_out);
+	snprintf(f_ms, sizeof(f_ms), "PGPDECD_MS=%.3f", seconds * 1e3);
+	snprintf(f_int, sizeof(f_int), "PGPDECD_INTEGRITY=%s", in);
+	const char *const fields[] = { f_req, f_id, f_peer, f_st, f_key, f_in, f_out, f_ms, f_int };
+	pd_log_fields((enum pd_log_level)lvl, "REQ", fields, sizeof(fields) / sizeof(fields[0]),
+	              "request %llu id %u from %s: %s key %s integrity %s in %llu out %llu %.3f ms",
+	              (unsigned long long)r->seq, r->id, r->peer, st, fpr, in, (unsigned long long)r->bytes_in,
+	              (unsigned long long)r->result_out, seconds * 1e3);
+}
+
+/* The outcome goes into the stats and the log once, when the request is
+ * answered. */
 static void count_outcome(struct pd_request *r, uint16_t status)
 {
 	if (r->stats_done || !r->decrypt)
 		return;
 	r->stats_done = true;
-	pd_stats_request(status, (double)(uv_hrtime() - r->t_start) / 1e9);
+	double seconds = (double)(uv_hrtime() - r->t_start) / 1e9;
+	pd_stats_request(status, seconds);
+	log_outcome(r, status, seconds);
 }
 
 /* The slot goes back once the request is answered and no job is out. */
@@ -138,6 +187,9 @@ static struct pd_request *alloc_req(const struct pd_request_owner *o, uint32_t i
 	r->o = o;
 	r->id = id;
 	r->t_start = uv_hrtime();
+	static uint64_t seq;
+	r->seq = ++seq;
+	snprintf(r->peer, sizeof(r->peer), "%s", o->peer ? o->peer : "-");
 	return r;
 }
 
@@ -284,6 +336,12 @@ static void job_result(struct pd_request *r, struct frame_writer *fw, int err, s
 		fw->o->len += (size_t)n;
 	r->job_terminal = true;
 	r->job_status = res.status;
+	if (err >= 0) { /* the log line's key and integrity: only once verified */
+		r->ok_fpr_len = info->key_fpr_len <= sizeof(r->ok_fpr) ? info->key_fpr_len : 0;
+		memcpy(r->ok_fpr, info->key_fpr, r->ok_fpr_len);
+		r->ok_integrity = (uint8_t)info->integrity;
+		r->result_out = res.bytes_out;
+	}
 	r->m = pd_msg_free(r->m, w); /* handles go back to this worker's cache */
 }
 
@@ -506,6 +564,7 @@ static void job_done(struct pd_job *j)
 			         "verified-only delivery: plaintext held for all requests at its limit "
 			         "(max-verified-total); retry later", r->held_limit);
 			r->job_status = r->held_over;
+			r->result_out = 0;
 			o = result_obuf(r->id, r->held_over, NULL, why, NULL, r->bytes_in, 0);
 		}
 	}
@@ -662,6 +721,7 @@ static bool activate(struct pd_request *r)
 	}
 	pd_msg_set_cancel(r->m, &r->cancel);
 	r->ks = pd_keyset_ref(pd_d.keys);
+	pd_msg_set_keyring(r->m, pd_keyset_ring(r->ks)); /* ours is found past max_esk */
 	return true;
 }
 

@@ -36,6 +36,7 @@ struct pd_request_owner {
 	void (*wake)(void *ctx);           /* output ready or input room: process soon */
 	bool (*write_pressure)(void *ctx); /* back-pressure (ii) for the head request */
 	uint32_t max_frame;                /* payload limit announced to the client */
+	const char *peer;                  /* who (peer.c's name), copied for the log line */
 };
 
 int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owner *o, uint32_t id,

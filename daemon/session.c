@@ -391,13 +391,19 @@ static void finish_fail(struct pd_session *s)
 		pd_session_close(s);
 }
 
+/* Lines a peer causes, limited (log.h): a flood costs a few lines a minute. */
+static struct pd_log_limit lim_proto = PD_LOG_LIMIT("protocol errors", 20, 60000);
+static struct pd_log_limit lim_tls = PD_LOG_LIMIT("TLS failures", 20, 60000);
+static struct pd_log_limit lim_net = PD_LOG_LIMIT("timeouts", 20, 60000);
+
 /* Send an ERROR frame and close once it is written (or after a linger). */
 static void session_fail(struct pd_session *s, uint16_t status, const char *sentence)
 {
 	if (is_ending(s))
 		return;
 	if (status == PD_ST_PROTOCOL || status == PD_ST_VERSION)
-		pd_log_notice("PROTO", "closing connection: %s", sentence);
+		pd_log_limited(&lim_proto, PD_LOG_NOTICE, "PROTO", "closing the connection of %s: %s", s->peer.name,
+		               sentence);
 	else
 		pd_log_debug("NET", "%s: closing: %s", s->peer.name, sentence);
 	set_state(s, SS_FAILING);
@@ -696,8 +702,8 @@ static bool tls_pump(struct pd_session *s)
 			s->eof = true;
 			break;
 		}
-		pd_log_notice("TLS", "closing a TLS connection: %s", pd_tls_detail(s->tls));
-		pd_log_debug("TLS", "peer was %s", s->peer.name);
+		pd_log_limited(&lim_tls, PD_LOG_NOTICE, "TLS", "closing the TLS connection of %s: %s", s->peer.name,
+		               pd_tls_detail(s->tls));
 		pd_session_close(s);
 		return false;
 	}
@@ -896,7 +902,7 @@ void pd_session_start(struct pd_session *s, const char *where)
 
 	s->max_frame = c->max_frame_size;
 	s->owner = (struct pd_request_owner){ .ctx = s, .wake = owner_wake, .write_pressure = owner_pressure,
-	                                      .max_frame = s->max_frame };
+	                                      .max_frame = s->max_frame, .peer = s->peer.name };
 	s->max_inflight = c->max_requests_per_connection;
 	s->last_activity = s->last_write = s->t_accept = uv_now(pd_d.loop);
 	if (pd_peer_identify(&s->peer, s->peer.kind, &s->io.s) < 0) {
@@ -959,15 +965,15 @@ static void sweep_one(struct pd_session *s, uint64_t now)
 	}
 	if (s->state == SS_HANDSHAKE) {
 		if (now - s->t_accept > c->tls_handshake_timeout_ms) {
-			pd_log_notice("TLS", "TLS handshake not done after %llu ms: closing",
-			              (unsigned long long)(now - s->t_accept));
+			pd_log_limited(&lim_tls, PD_LOG_NOTICE, "TLS", "TLS handshake of %s not done after %llu ms: closing",
+			               s->peer.name, (unsigned long long)(now - s->t_accept));
 			pd_session_close(s);
 		}
 		return;
 	}
 	if (s->wbytes && c->write_timeout_ms && now - s->last_write > c->write_timeout_ms) {
-		pd_log_notice("NET", "peer read nothing for %llu ms: closing its connection",
-		              (unsigned long long)(now - s->last_write));
+		pd_log_limited(&lim_net, PD_LOG_NOTICE, "NET", "%s read nothing for %llu ms: closing its connection",
+		               s->peer.name, (unsigned long long)(now - s->last_write));
 		pd_session_close(s);
 		return;
 	}
@@ -976,7 +982,8 @@ static void sweep_one(struct pd_session *s, uint64_t now)
 		uint64_t d = pd_request_deadline(r);
 		if (d && now >= d) {
 			bool started = pd_request_started(r);
-			pd_log_notice("REQ", "request timed out: %s", started ? "message-timeout" : "no ciphertext within idle-timeout");
+			pd_log_limited(&lim_net, PD_LOG_NOTICE, "REQ", "request %u of %s timed out: %s", pd_request_id(r),
+			               s->peer.name, started ? "message-timeout" : "no ciphertext within idle-timeout");
 			pd_request_abort(r, PD_ST_TIMEOUT, started ? "message-timeout exceeded" :
 			                 "no ciphertext within idle-timeout");
 		}
@@ -993,7 +1000,7 @@ static void on_sweep(uv_timer_t *t)
 {
 	uint64_t now = uv_now(pd_d.loop);
 	struct pd_session *s = g.all, *next;
-	pd_peer_flush(now, false);
+	pd_log_limits_flush(false);
 	for (; s; s = next) {
 		next = s->next; /* s may close (unlinks itself, memory stays until on_close) */
 		sweep_one(s, now);
@@ -1031,7 +1038,7 @@ void pd_sessions_deinit(void)
 {
 	if (!g.init)
 		return;
-	pd_peer_flush(uv_now(pd_d.loop), true); /* not lost at exit */
+	pd_log_limits_flush(true); /* counts not lost at exit */
 	uv_timer_stop(&g.sweep);
 	uv_close((uv_handle_t *)&g.sweep, NULL);
 	uv_close((uv_handle_t *)&g.idle, NULL);

@@ -121,6 +121,8 @@ struct pd_msg {
 	/* outer layer */
 	struct pd_esk *esks;
 	size_t n_esk;
+	size_t n_esk_late;     /* of them kept past max_esk (they name a key of ring) */
+	const struct pd_keyring *ring; /* pd_msg_set_keyring(), or NULL */
 	bool container_seen, container_done;
 	uint8_t chdr[CHDR_MAX];
 	size_t chdr_len;
@@ -363,7 +365,11 @@ static int parse_header(struct pd_msg *m, size_t li)
 		return fail_inner(m, li, PD_EMALFORMED, "packet tag 0");
 	if ((partial || indet) && !may_be_partial(tag))
 		return fail_inner(m, li, PD_EMALFORMED, "partial or indeterminate length on a packet that must not have one");
-	if (++m->npackets > m->lim.max_packets)
+	/* Session key packets before the container cost their octets and a
+	 * parse (add_esk() keeps at most max_esk of them, and ours): they do
+	 * not count against max_packets, which bounds the packets of the
+	 * layers the message's own octets multiply (compression). */
+	if (!(li == 0 && !m->container_seen && (tag == 1 || tag == 3)) && ++m->npackets > m->lim.max_packets)
 		return fail_at(m, li, PD_ELIMIT, "limit exceeded: more than %u packets", m->lim.max_packets);
 	pd_buf_consume(L->in, hlen);
 	L->off += hlen;
@@ -438,11 +444,43 @@ static void start_collect(struct layer *L, enum coll_kind k, size_t want, bool w
 static int add_esk(struct pd_msg *m, size_t li)
 {
 	struct layer *L = &m->layers[li];
+	struct pd_pkesk pk;
+	int pr = 1; /* 0: pk parsed; < 0: a PKESK of a version we skip */
+
 	if (m->container_seen)
 		return fail(m, PD_EMALFORMED, "session key packet after the encrypted data (offset %llu)",
 		            (unsigned long long)L->pkt_off);
-	if (m->n_esk >= m->lim.max_esk)
-		return fail(m, PD_ELIMIT, "limit exceeded: more than %u session key packets", m->lim.max_esk);
+	if (L->tag == 1) {
+		pr = pd_pkesk_parse(m->coll, L->chave, &pk);
+		if (pr == PD_EMALFORMED)
+			return fail(m, pr, "malformed public-key encrypted session key packet at offset %llu",
+			            (unsigned long long)L->pkt_off);
+	}
+	if (L->tag == 3) {
+		m->info.n_skesk++;
+	} else if (pr == 0) {
+		m->info.n_recipients_total++;
+		if (m->info.n_recipients < PD_MAX_RECIPIENTS) {
+			struct pd_recipient *rc = &m->info.recipients[m->info.n_recipients++];
+			rc->version = pk.version;
+			rc->pk_algo = pk.pk_algo;
+			rc->wildcard = pk.wildcard;
+			memcpy(rc->keyid, pk.keyid, 8);
+			rc->fpr_len = pk.fpr_len;
+			memcpy(rc->fpr, pk.fpr, pk.fpr_len);
+		}
+	}
+	/* Bound the work, not the count: past max_esk packets (a message to
+	 * 10,000 recipients, 1,000 wildcards) the rest are counted and
+	 * skipped, except a PKESK naming a key of the ring, so that ours is
+	 * always found; of those no more are kept than trials may use.  What
+	 * a packet names is public: skipping depends on nothing secret. */
+	if (m->n_esk >= m->lim.max_esk) {
+		uint32_t late_cap = m->lim.max_key_trials ? m->lim.max_key_trials : 1;
+		if (pr != 0 || !m->ring || m->n_esk_late >= late_cap || !pd_trials_names_held_key(m->ring, &pk))
+			return 0;
+		m->n_esk_late++;
+	}
 	struct pd_esk *n = realloc(m->esks, (m->n_esk + 1) * sizeof(*n));
 	if (!n)
 		return fail(m, -ENOMEM, "out of memory");
@@ -452,29 +490,7 @@ static int add_esk(struct pd_msg *m, size_t li)
 		return fail(m, -ENOMEM, "out of memory");
 	memcpy(body, m->coll, L->chave);
 	m->esks[m->n_esk++] = (struct pd_esk){ L->tag, L->chave, body };
-
-	if (L->tag == 3) {
-		m->info.n_skesk++;
-		return 0;
-	}
-	struct pd_pkesk pk;
-	int r = pd_pkesk_parse(body, L->chave, &pk);
-	if (r == PD_EMALFORMED)
-		return fail(m, r, "malformed public-key encrypted session key packet at offset %llu",
-		            (unsigned long long)L->pkt_off);
-	if (r < 0) /* unknown versions are skipped (RFC 9580 §5.1) */
-		return 0;
-	m->info.n_recipients_total++;
-	if (m->info.n_recipients < PD_MAX_RECIPIENTS) {
-		struct pd_recipient *rc = &m->info.recipients[m->info.n_recipients++];
-		rc->version = pk.version;
-		rc->pk_algo = pk.pk_algo;
-		rc->wildcard = pk.wildcard;
-		memcpy(rc->keyid, pk.keyid, 8);
-		rc->fpr_len = pk.fpr_len;
-		memcpy(rc->fpr, pk.fpr, pk.fpr_len);
-	}
-	return 0;
+	return 0; /* unknown PKESK versions are kept and skipped by the trials (RFC 9580 §5.1) */
 }
 
 static void add_issuer(struct pd_msg *m, const uint8_t *kid)
@@ -1143,6 +1159,8 @@ int pd_msg_close_input(struct pd_msg *m)
 		m->layers[0].in_eof = true;
 	return 0;
 }
+
+void pd_msg_set_keyring(struct pd_msg *m, const struct pd_keyring *kr) { m->ring = kr; }
 
 int pd_msg_set_password(struct pd_msg *m, const char *pw, size_t len)
 {

@@ -81,7 +81,7 @@ struct pd_limits { /* public, by value */
 	uint32_t max_depth;         /* compressed packets nested in each other (at most 14) */
 	uint32_t max_packets;       /* packets per message, all layers */
 	uint32_t max_partials;      /* partial-length parts per packet */
-	uint32_t max_esk;           /* PKESK/SKESK packets per message */
+	uint32_t max_esk;           /* PKESK/SKESK packets kept per message (more are skipped: pd_msg_set_keyring()) */
 	uint32_t max_key_trials;    /* private-key operations per message */
 	uint32_t max_aead_chunk_log;/* largest SEIPD v2 / OCB chunk octet accepted (<= 16) */
 	uint32_t max_argon2_kib;    /* Argon2 memory cap, KiB (0 = none) */
@@ -292,6 +292,13 @@ PD_API int pd_msg_step(struct pd_msg *m, struct pd_worker *w, uint8_t *out, size
  * padding failure from a wrong session key.  If a password was set, SKESKs
  * are tried too. */
 PD_API int pd_msg_recover_key(struct pd_msg *m, const struct pd_keyring *kr, struct pd_worker *w);
+/** The key ring the message will be decrypted with, known before its
+ * packets arrive (optional; kr must outlive the message).  Past max_esk
+ * session key packets the engine keeps only PKESKs naming one of its keys
+ * (at most max_key_trials of them) and skips the rest: a message to 10,000
+ * recipients decrypts when one is ours.  Without it every packet past
+ * max_esk is skipped. */
+PD_API void pd_msg_set_keyring(struct pd_msg *m, const struct pd_keyring *kr);
 /** Supply a password for SKESK packets (before pd_msg_recover_key()). */
 PD_API int pd_msg_set_password(struct pd_msg *m, const char *pw, size_t len);
 /** Let the caller give up on a message from another thread: while *flag

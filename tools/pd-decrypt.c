@@ -362,6 +362,7 @@ static int decrypt(const struct opts *o, struct pd_keyring *kr, struct pd_worker
 	r = pd_msg_new(&m, &o->lim);
 	if (r < 0)
 		goto out;
+	pd_msg_set_keyring(m, kr);
 	for (;;) {
 		size_t n = 0;
 		r = pd_msg_step(m, w, out, OUTBUF, &n);

@@ -55,3 +55,7 @@ PD_HIDDEN struct pd_key *pd_key_free(struct pd_key *k);
 /** Number of keys in the ring and the i-th one. */
 PD_HIDDEN size_t pd__keyring_n(const struct pd_keyring *kr);
 PD_HIDDEN const struct pd_key *pd__keyring_get(const struct pd_keyring *kr, size_t i);
+/** The nth key (0, 1, ...) whose key ID is keyid, in ring order; NULL past
+ * the last.  A binary search: O(log keys). */
+PD_HIDDEN const struct pd_key *pd__keyring_by_keyid(const struct pd_keyring *kr, const uint8_t keyid[8],
+                                                    size_t nth);

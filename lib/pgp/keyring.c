@@ -27,10 +27,19 @@
  * pd_limits_default()'s. */
 #define KEYRING_MAX_ARGON2_KIB (1u << 21)
 
+/* The key IDs of the ring, sorted (then by position): a message's PKESKs
+ * are matched against the ring with a binary search, so naming keys costs
+ * log(keys) per PKESK however many keys an audit host holds. */
+struct kid {
+	uint64_t id;              /* the key ID, big-endian as a number */
+	size_t idx;               /* into keys[] */
+};
+
 struct pd_keyring {
 	enum pd_rsa_backend backend;
 	struct pd_key **keys;
 	size_t n, cap;
+	struct kid *ids;          /* n of them, sorted; cap of room */
 };
 
 struct batch {
@@ -959,8 +968,40 @@ struct pd_keyring *pd_keyring_free(struct pd_keyring *kr)
 	for (size_t i = 0; i < kr->n; i++)
 		pd_key_free(kr->keys[i]);
 	free(kr->keys);
+	free(kr->ids);
 	free(kr);
 	return NULL;
+}
+
+static uint64_t kid_of(const uint8_t *keyid)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | keyid[i];
+	return v;
+}
+
+/* First position in ids whose id is >= id (or > id with after). */
+static size_t kid_bound(const struct pd_keyring *kr, uint64_t id, bool after)
+{
+	size_t lo = 0, hi = kr->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (kr->ids[mid].id < id || (after && kr->ids[mid].id == id))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* keys[kr->n] joins the index, after the keys with the same ID. */
+static void kid_insert(struct pd_keyring *kr)
+{
+	uint64_t id = kid_of(kr->keys[kr->n]->keyid);
+	size_t at = kid_bound(kr, id, true);
+	memmove(kr->ids + at + 1, kr->ids + at, (kr->n - at) * sizeof(*kr->ids));
+	kr->ids[at] = (struct kid){ id, kr->n };
 }
 
 int pd_keyring_add(struct pd_keyring *kr, const uint8_t *data, size_t len, const char *pass, size_t passlen,
@@ -1011,10 +1052,19 @@ int pd_keyring_add(struct pd_keyring *kr, const uint8_t *data, size_t len, const
 				goto out;
 			}
 			kr->keys = nk;
+			struct kid *ni = realloc(kr->ids, nc * sizeof(*ni));
+			if (!ni) {
+				r = -ENOMEM;
+				goto out;
+			}
+			kr->ids = ni;
 			kr->cap = nc;
 		}
-		memcpy(kr->keys + kr->n, b.keys, b.n * sizeof(*b.keys));
-		kr->n += b.n;
+		for (size_t i = 0; i < b.n; i++) {
+			kr->keys[kr->n] = b.keys[i];
+			kid_insert(kr);
+			kr->n++;
+		}
 		r = (int)b.n;
 		b.n = 0;
 	}
@@ -1062,4 +1112,13 @@ size_t pd__keyring_n(const struct pd_keyring *kr)
 const struct pd_key *pd__keyring_get(const struct pd_keyring *kr, size_t i)
 {
 	return kr && i < kr->n ? kr->keys[i] : NULL;
+}
+
+const struct pd_key *pd__keyring_by_keyid(const struct pd_keyring *kr, const uint8_t keyid[8], size_t nth)
+{
+	if (!kr || !kr->n)
+		return NULL;
+	uint64_t id = kid_of(keyid);
+	size_t at = kid_bound(kr, id, false) + nth;
+	return at < kr->n && kr->ids[at].id == id ? kr->keys[kr->ids[at].idx] : NULL;
 }

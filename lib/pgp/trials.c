@@ -36,6 +36,17 @@ static bool pkesk_names_key(const struct pd_pkesk *p, const struct pd_key *k)
 	return !memcmp(p->keyid, k->keyid, 8);
 }
 
+bool pd_trials_names_held_key(const struct pd_keyring *kr, const struct pd_pkesk *p)
+{
+	const struct pd_key *k;
+	if (p->wildcard)
+		return false;
+	for (size_t j = 0; (k = pd__keyring_by_keyid(kr, p->keyid, j)); j++)
+		if (pkesk_names_key(p, k) && algo_compatible(k->pk_algo, p->pk_algo))
+			return true;
+	return false;
+}
+
 /* Does the PKESK version go with the container?  (RFC 9580 §10.3.2.1) */
 static bool pkesk_fits(const struct pd_trials *t, const struct pd_pkesk *p)
 {
@@ -85,8 +96,8 @@ int pd_trials_pkesk(const struct pd_trials *t, const struct pd_keyring *kr, stru
 			nwild++;
 			continue;
 		}
-		for (size_t j = 0; j < nkeys; j++) {
-			const struct pd_key *k = pd__keyring_get(kr, j);
+		const struct pd_key *k;
+		for (size_t j = 0; (k = pd__keyring_by_keyid(kr, pk[i].keyid, j)); j++) {
 			if (!pkesk_names_key(&pk[i], k) || !algo_compatible(k->pk_algo, pk[i].pk_algo))
 				continue;
 			if (ntr == max_trials) /* the cap: gpg takes 23 s on 1,000 wildcards */

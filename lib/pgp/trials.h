@@ -47,6 +47,9 @@ struct pd_trial_result {
 	char detail[256];        /* the sentence of an error */
 };
 
+/** Whether p names a key of kr (by key ID, or fingerprint for a v6 PKESK)
+ * of a compatible algorithm: a PKESK the trials would try.  Public data only. */
+PD_HIDDEN bool pd_trials_names_held_key(const struct pd_keyring *kr, const struct pd_pkesk *p);
 /** Private-key trials: 0 with *sk chosen, 1 when no trial fits (the
  * caller turns to passwords, or reports no key), or an error with
  * res->detail (-ECANCELED, -ENOMEM, the public reason every trial failed). */

@@ -310,6 +310,57 @@ def test_many_wildcard_pkesks(pd, ct, keys, tools, matrix):
     assert pk.tag == 1
 
 
+def _named_junk(n, seed):
+    """n v3 PKESKs (RSA) naming random key IDs no test key has, each with a
+    small MPI: a message to n other recipients."""
+    rnd = random.Random(seed)
+    return b"".join(pgp.pkt(1, b"\x03" + rnd.randbytes(8) + b"\x01" + pgp.mpi(rnd.getrandbits(63) | 1 << 62))
+                    for _ in range(n))
+
+
+@pytest.mark.parametrize("layout", ["10000-recipients", "1000-wildcards"])
+def test_our_pkesk_past_max_esk(pd, ct, keys, tools, plain, matrix, layout):
+    """Bound the work, not the count (issue 12): PKESKs past max_esk (1,000)
+    that name no key we hold are skipped, and a PKESK for our key is always
+    found, after 10,000 other recipients or 1,000 wildcards.  Both were
+    ELIMIT before."""
+    matrix("crafted", "python", f"ours after {layout}")
+    k = keys["gpg-rsa2048"]
+    data = ct.get("gpg", k.name, 4 * KIB).read_bytes()
+    if layout == "10000-recipients":
+        junk = _named_junk(10000, 12)
+    else:
+        rnd = random.Random(6)
+        junk = b"".join(pgp.pkt(1, b"\x03" + bytes(8) + b"\x01" + pgp.mpi(rnd.getrandbits(2047) | 1 << 2046))
+                        for _ in range(1000))
+    f = tools.tmp(".late")
+    f.write_bytes(junk + data)
+    r = pd(f, [k])
+    assert r.elapsed < 60, r.elapsed
+    expect_ok(r, plain.get(4 * KIB))
+    n = 10001 if layout == "10000-recipients" else 1001
+    assert r.info["n_recipients_total"] == n, r.info
+
+
+def test_ours_past_max_esk_needs_no_more_trials(pd, ct, keys, tools, matrix):
+    """Past the cap no more PKESKs naming our key are kept than trials may
+    use (64 in pd-decrypt): 5,000 copies of ours after 1,000 others cost
+    about what 64 copies cost, not 78 times as much."""
+    matrix("crafted", "python", "5000 PKESKs naming our key past max_esk")
+    k = keys["gpg-rsa2048"]
+    data = ct.get("gpg", k.name, 1).read_bytes()
+    pk = pgp.packets(data)[0]
+    assert pk.tag == 1
+    ours = data[pk.offset:pk.end]  # it decrypts: each trial is a real RSA operation
+    elapsed = {}
+    for copies in (64, 5000):
+        f = tools.tmp(f".ours{copies}")
+        f.write_bytes(_named_junk(1000, 13) + ours * copies + data[pk.end:])
+        r = pd(f, [k])
+        assert r.name == "OK", r
+        elapsed[copies] = r.elapsed
+    assert elapsed[5000] < 10 * elapsed[64] + 1.0, elapsed
+
 def test_marker_and_padding_packets(pd, ct, keys, tools, plain, matrix):
     matrix("framing", "python", "marker+padding")
     k = keys["gpg-cv25519"]

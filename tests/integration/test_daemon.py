@@ -252,6 +252,31 @@ def test_verified_only_and_errors(world, daemon):
     check_ok(got, res, world["msgs"][2][0])
 
 
+def test_our_pkesk_after_10000_recipients(world, daemon):
+    """A message to 10,000 other recipients and to us decrypts through the
+    daemon (the request gives the engine its key ring, so our PKESK is kept
+    past max_esk); it was LIMIT before.  One to 1,000 anonymous recipients
+    and 3 unknown ones past them, none ours, is INTEGRITY as any message
+    none of our keys opens, and quickly (trials are capped)."""
+    import random
+    import pgp
+    rnd = random.Random(7)
+    junk = b"".join(pgp.pkt(1, b"\x03" + rnd.randbytes(8) + b"\x01" + pgp.mpi(rnd.getrandbits(63) | 1 << 62))
+                    for _ in range(10000))
+    plain = b"to ten thousand and one\n"
+    msg = world["gpg"].encrypt(plain, "alice@example.org", compress=0)
+    c = daemon.client()
+    got, res, _ = c.decrypt(junk + msg, flags=pdwire.F_VERIFIED_ONLY)
+    check_ok(got, res, plain)
+    wild = b"".join(pgp.pkt(1, b"\x03" + bytes(8) + b"\x01" + pgp.mpi(rnd.getrandbits(2047) | 1 << 2046))
+                    for _ in range(1000))
+    body = pgp.packets(msg)[-1]
+    t0 = time.monotonic()
+    got, res, _ = c.decrypt(wild + junk[:3 * 22] + msg[body.offset:])
+    assert res["name"] == "INTEGRITY" and got == b"", res
+    assert time.monotonic() - t0 < 30
+
+
 def test_passphrase_protected_key(world, tmp_path):
     d = Daemon(world, tmp_path, "--key", str(world["base"] / "bob.gpg"),
                "--passphrase-file", str(world["base"] / "bob.pass"))
