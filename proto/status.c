@@ -19,9 +19,11 @@ uint16_t pd_status_from_err(int err)
 	case PD_ELIMIT: return PD_ST_LIMIT;
 	case PD_EBOMB: return PD_ST_BOMB;
 	case PD_ENOKEY: return PD_ST_NO_KEY;
-	case PD_ENOPASSWORD: return PD_ST_NO_PASSWORD;
+	/* A message's PD_EBADPASS comes from an AEAD-checked SKESK: the
+	 * password given is wrong. */
+	case PD_ENOPASSWORD: case PD_EBADPASS: return PD_ST_NO_PASSWORD;
 	/* Key-loading errors cannot reach a message; if one does, no key opened it. */
-	case PD_EBADPASS: case PD_ENEEDPASS: case PD_ENOSECRET: return PD_ST_NO_KEY;
+	case PD_ENEEDPASS: case PD_ENOSECRET: return PD_ST_NO_KEY;
 	case PD_EINTERNAL: case PD_EAGAIN: case PD_EUSAGE: return PD_ST_INTERNAL;
 	/* System codes the daemon uses for its own policy decisions. */
 	case -ENOMEM: case -ENOBUFS: case -EAGAIN: case -EBUSY: return PD_ST_OVERLOADED;

@@ -267,7 +267,8 @@ int pd_trials_skesk(const struct pd_trials *t, const char *pw, size_t pwlen, str
 		else if (last_err == -ENOMEM)
 			r = failr(res, last_err, "out of memory");
 		else
-			r = failr(res, PD_EBADPASS, "bad password for the message");
+			r = failr(res, PD_EBADPASS, "wrong password: the message's password-encrypted session key "
+			          "packet (AEAD-protected) does not open with it");
 		goto out;
 	}
 	res->pk_algo = 0;

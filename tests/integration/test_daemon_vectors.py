@@ -6,6 +6,7 @@ the A.4 v6 secret key, driven by build/client/pgpdecd-client.
 Run: PD_BUILD_DIR=build /usr/bin/python3 -m pytest -q tests/integration/test_daemon_vectors.py
 """
 import os
+import subprocess
 import sys
 
 import pytest
@@ -73,10 +74,31 @@ def test_a09_a11_skesk6_password(v6daemon, matrix, name, mode, ext):
     assert r.returncode == 0, r.stderr
     assert r.stdout == HELLO
     r = decrypt(v6daemon, msg, "--password-file", v6daemon.badpw)
-    # The protocol reports a wrong password as NO_KEY ("bad password" in
-    # its message): nothing could be decrypted, nothing comes out.
+    # An AEAD-protected SKESK tells a wrong password (its tag is checked
+    # before any data): NO_PASSWORD, "wrong password" (issue 12: it was
+    # NO_KEY, "bad password for the message").  Nothing comes out.
     assert r.returncode == EX_UNAVAILABLE and r.stdout == b"", r.stderr
-    assert b"NO_KEY" in r.stderr and b"bad password" in r.stderr, r.stderr
+    assert b": NO_PASSWORD: wrong password" in r.stderr, r.stderr
+    r = decrypt(v6daemon, msg)  # no password sent
+    assert r.returncode != 0 and r.stdout == b"", r.stderr
+    assert b"NO_PASSWORD" in r.stderr, r.stderr
+
+
+def test_wrong_password_v4_skesk(v6daemon, matrix, tmp_path):
+    """A v4 SKESK (gpg -c) has no check of its own: a wrong password is
+    found out by the MDC, so it reads as an integrity failure (the format
+    cannot tell it from a modified message; pgpdecd.8 says so)."""
+    matrix("daemon", "gpg", "SKESK v4 wrong password")
+    home = tmp_path / "g"
+    home.mkdir(mode=0o700)
+    msg = tmp_path / "c.gpg"
+    subprocess.run(["gpg", "--homedir", str(home), "--batch", "--pinentry-mode", "loopback", "--passphrase",
+                    "password", "-o", str(msg), "-c"], input=b"hello v4", check=True, capture_output=True)
+    r = decrypt(v6daemon, msg, "--password-file", v6daemon.pwfile)
+    assert r.returncode == 0 and r.stdout == b"hello v4", r.stderr
+    r = decrypt(v6daemon, msg, "--password-file", v6daemon.badpw)
+    assert r.returncode != 0 and r.stdout == b"", r.stderr
+    assert b": INTEGRITY: " in r.stderr, r.stderr
     r = decrypt(v6daemon, msg)  # no password sent
     assert r.returncode != 0 and r.stdout == b"", r.stderr
 

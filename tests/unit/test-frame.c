@@ -655,6 +655,7 @@ static void test_status_mapping(void **state)
 		{ PD_EUNSUPPORTED, PD_ST_UNSUPPORTED, 65 },
 		{ PD_ENOKEY, PD_ST_NO_KEY, 69 },
 		{ PD_ENOPASSWORD, PD_ST_NO_PASSWORD, 69 },
+		{ PD_EBADPASS, PD_ST_NO_PASSWORD, 69 }, /* an AEAD-checked SKESK said: wrong password */
 		{ PD_EINTERNAL, PD_ST_INTERNAL, 75 },
 		{ -EAGAIN, PD_ST_OVERLOADED, 75 },
 		{ -ENOMEM, PD_ST_OVERLOADED, 75 },
