@@ -1019,10 +1019,22 @@ int pd_sessions_init(uv_loop_t *loop)
 	return uv_timer_start(&g.sweep, on_sweep, SWEEP_MS, SWEEP_MS);
 }
 
+/* SIGTERM: requests not started (no ciphertext yet, so no slot) are
+ * answered SHUTTING_DOWN at once, so that their clients send them
+ * elsewhere now rather than after the drain; started ones finish within
+ * drain-timeout.  Each session then ends once its replies are out. */
 void pd_sessions_drain(void)
 {
-	for (struct pd_session *s = g.all; s; s = s->next)
+	for (struct pd_session *s = g.all; s; s = s->next) {
+		if (is_closing(s))
+			continue;
+		for (unsigned i = 0; i < s->rq_n; i++) {
+			struct pd_request *r = rq_at(s, i);
+			if (!pd_request_started(r))
+				pd_request_abort(r, PD_ST_SHUTTING_DOWN, "the daemon is stopping; send it again");
+		}
 		pd_session_wake(s);
+	}
 }
 
 void pd_sessions_close_all(void)

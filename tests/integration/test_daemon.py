@@ -865,6 +865,33 @@ def test_sigterm_drains(world, tmp_path):
     assert "stopping" in d.logtext()
 
 
+def test_sigterm_answers_unstarted_requests_at_once(world, tmp_path):
+    """On SIGTERM a request that has had no ciphertext yet is answered
+    SHUTTING_DOWN at once, so its client sends it elsewhere now (issue 14:
+    it waited for its ciphertext, then was decrypted, or for idle-timeout);
+    the one in progress on another connection still finishes byte-exact,
+    and so does a request that had its first ciphertext."""
+    d = Daemon(world, tmp_path)
+    plain, msg = world["msgs"][-1]
+    busy = d.client()
+    rid = busy.new_id()
+    busy.send(frame(pdwire.DECRYPT, rid, b"\0\0\0\0") + frame(pdwire.DATA, rid, msg[:1000]))
+    waiting = d.client(timeout=3)
+    wid = waiting.new_id()
+    waiting.send(frame(pdwire.DECRYPT, wid, b"\0\0\0\0"))
+    time.sleep(0.2)
+    d.proc.send_signal(signal.SIGTERM)
+    ftype, fid, p = waiting.recv_frame()  # within 3 s, not after idle-timeout (60 s)
+    assert (ftype, fid) == (pdwire.RESULT, wid), (ftype, fid)
+    res = pdwire.parse_result(p)
+    assert res["name"] == "SHUTTING_DOWN", res
+    busy.send_rest(rid, msg[1000:])
+    got, res, _ = busy.read_reply(rid)
+    check_ok(got, res, plain)
+    assert d.proc.wait(30) == 0
+    d.check_sanitizers()
+
+
 def test_sigterm_drain_deadline(world, tmp_path):
     d = Daemon(world, tmp_path, "--drain-timeout", "1s")
     c = d.client()
