@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <gnutls/crypto.h>
+
 #include "pd-config.h"
 #include "pdclient.h"
 #include "pdmail.h"
@@ -51,7 +53,8 @@ static void usage_text(FILE *f)
 "\n"
 "Connection:\n"
 "  -s, --socket PATH        Unix socket of the daemon (default: $PGPDECD_SOCKET,\n"
-"                           else " PDC_DEFAULT_SOCKET ")\n"
+"                           else " PDC_DEFAULT_SOCKET "); repeat it to fail\n"
+"                           over between daemons (also --connect)\n"
 "  -c, --connect HOST:PORT  connect over TCP with TLS instead ([v6addr]:PORT\n"
 "                           for IPv6 literals)\n"
 "      --tls-ca FILE        PEM CA certificates to verify the daemon with\n"
@@ -69,7 +72,13 @@ static void usage_text(FILE *f)
 "      --no-tls             plain TCP (only a daemon on loopback that\n"
 "                           explicitly allows it serves this)\n"
 "  -t, --timeout SECONDS    give up when the daemon makes no progress for this\n"
-"                           long, and on connecting (default 60; 0 = never)\n"
+"                           long, and on connecting; a failed message is sent\n"
+"                           again for this long (default 60; 0 = never)\n"
+"      --no-retry           never send a message again: by default what did not\n"
+"                           finish (connection lost, daemon restarting, stopping\n"
+"                           or overloaded) is sent again with backoff, to the\n"
+"                           next daemon that answers, unless part of its\n"
+"                           plaintext already went to standard output\n"
 "\n"
 "Decryption:\n"
 "  -o, --output PATH        write the plaintext to PATH instead of standard\n"
@@ -219,12 +228,14 @@ static int write_all(int fd, const uint8_t *p, size_t n)
 
 struct job {
 	const char *name;       /* for messages */
+	int index;              /* position on the command line */
 	int in_fd;
 	int out_fd;
 	char *tmp_path, *final_path;
 	volatile sig_atomic_t tmp_live; /* tmp_path exists: the signal handler removes it */
 	int exit_code;          /* local failure before the request, or the outcome */
 	int write_err;          /* writing the plaintext failed (-errno) */
+	bool wrote;             /* plaintext went to out_fd (standard output cannot take it back) */
 	bool done;
 	struct pdc_result res;
 };
@@ -269,13 +280,31 @@ static void catch_fatal_signals(void)
 	}
 }
 
+/* The last job (by index) whose plaintext went to standard output. */
+static int last_stdout_writer = -1;
+
 static int job_data(void *arg, const uint8_t *p, size_t n)
 {
 	struct job *j = arg;
+	j->wrote = true;
+	if (!j->tmp_path && j->index > last_stdout_writer)
+		last_stdout_writer = j->index;
 	int r = write_all(j->out_fd, p, n);
 	if (r < 0)
 		j->write_err = r;
 	return r;
+}
+
+/* libpdclient asks before it sends a request again: a temporary file is
+ * started over; standard output cannot take back what reached it. */
+static int job_retry(void *arg)
+{
+	struct job *j = arg;
+	if (j->tmp_path)
+		return ftruncate(j->out_fd, 0) < 0 || lseek(j->out_fd, 0, SEEK_SET) < 0 ? -1 : 0;
+	/* Standard output: only if nothing of it was written, and no message
+	 * after it has written yet (the plaintexts keep their order). */
+	return j->wrote || last_stdout_writer > j->index ? -1 : 0;
 }
 
 static void job_done(void *arg, const struct pdc_result *r)
@@ -311,7 +340,9 @@ static void report(const struct job *j)
 	if (r->err == 0)
 		fprintf(stderr, "%s: %s: %s: %s\n", prog, j->name, pdc_status_name(r->status), s);
 	else
-		fprintf(stderr, "%s: %s: %s\n", prog, j->name, s);
+		fprintf(stderr, "%s: %s: %s%s\n", prog, j->name, s,
+		        j->wrote && !j->tmp_path && r->err != -EIO ?
+		        " (not sent again: part of its plaintext had gone to standard output)" : "");
 }
 
 static char *output_name(const char *dir, const char *in)
@@ -523,6 +554,7 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 		if (to_dir && is_stdin)
 			die(EX_USAGE, "-o DIRECTORY needs FILE names to name the outputs");
 		jobs[i].name = is_stdin ? "(stdin)" : files[i];
+		jobs[i].index = i;
 		jobs[i].out_fd = STDOUT_FILENO;
 		jobs[i].in_fd = -1;
 	}
@@ -556,6 +588,7 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 			.password = pw, .password_len = pwlen,
 			.in_fd = j->in_fd,
 			.on_data = job_data, .on_done = job_done, .arg = j,
+			.on_retry = job_retry,
 		};
 		int r = pdc_submit_decrypt(c, &d);
 		if (r < 0) {
@@ -692,6 +725,8 @@ struct slot {
 	struct pdc_conn *c;
 	int64_t t0;
 	uint64_t out;
+	int file;
+	gnutls_hash_hd_t h;       /* SHA-256 of this request's plaintext */
 };
 
 struct bench {
@@ -708,14 +743,30 @@ struct bench {
 	atomic_int first_fail_code;
 	char first_fail[1100];
 	pthread_mutex_t fail_lock;
+	/* Every plaintext of a file must be the same: the first one's digest,
+	 * and how many differed. */
+	uint8_t (*digest)[32];
+	bool *have_digest;
+	atomic_long mismatched;
 	struct pdc_conn **conns;
 	long n_conns;
 };
 
 static int bench_data(void *arg, const uint8_t *p, size_t n)
 {
-	(void)p;
-	((struct slot *)arg)->out += n;
+	struct slot *s = arg;
+	s->out += n;
+	gnutls_hash(s->h, p, n);
+	return 0;
+}
+
+/* Sent again (retry): what came of the first attempt is forgotten. */
+static int bench_retry(void *arg)
+{
+	struct slot *s = arg;
+	uint8_t dummy[32];
+	s->out = 0;
+	gnutls_hash_output(s->h, dummy); /* resets the running hash */
 	return 0;
 }
 
@@ -731,9 +782,10 @@ static void bench_submit(struct slot *s)
 	struct pdc_decrypt d = {
 		.flags = b->o->verified_only ? PDC_VERIFIED_ONLY : 0,
 		.in_fd = -1, .in_buf = b->data[f], .in_len = b->len[f],
-		.on_data = bench_data, .on_done = bench_done, .arg = s,
+		.on_data = bench_data, .on_done = bench_done, .on_retry = bench_retry, .arg = s,
 	};
 	s->out = 0;
+	s->file = f;
 	s->t0 = now_ns();
 	int r = pdc_submit_decrypt(s->c, &d);
 	if (r < 0) {
@@ -753,7 +805,17 @@ static void bench_done(void *arg, const struct pdc_result *r)
 	long k = atomic_fetch_add(&b->n_lat, 1);
 	if (k < b->total)
 		b->lat_ms[k] = ms;
+	uint8_t dg[32];
+	gnutls_hash_output(s->h, dg);
 	if (r->err == 0 && r->status == PDC_OK) {
+		pthread_mutex_lock(&b->fail_lock);
+		if (!b->have_digest[s->file]) {
+			memcpy(b->digest[s->file], dg, 32);
+			b->have_digest[s->file] = true;
+		} else if (memcmp(b->digest[s->file], dg, 32) != 0) {
+			atomic_fetch_add(&b->mismatched, 1);
+		}
+		pthread_mutex_unlock(&b->fail_lock);
 		atomic_fetch_add(&b->ok, 1);
 		atomic_fetch_add(&b->bytes_in, r->bytes_in);
 		atomic_fetch_add(&b->bytes_out, s->out);
@@ -767,7 +829,10 @@ static void bench_done(void *arg, const struct pdc_result *r)
 			pthread_mutex_unlock(&b->fail_lock);
 		}
 	}
-	/* A dead connection cannot take more: its share is counted as failed by submit. */
+	/* A connection that failed for good (retries spent) takes no more:
+	 * the requests never handed out count as failed. */
+	if (r->err)
+		return;
 	bench_submit(s);
 }
 
@@ -792,18 +857,39 @@ static void *bench_thread(void *arg)
 		nfds_t n = 0;
 		for (long i = 0; i < t->count; i++) {
 			struct pdc_conn *c = b->conns[t->first + i];
-			if (pdc_pending(c) == 0)
+			if (!c || pdc_pending(c) == 0)
 				continue;
+			short ev = pdc_events(c);
+			if (!ev) {
+				/* The connection ended or its server is stopping: a new
+				 * one (another target), with what may be sent again. */
+				if (pdc_recover(c) < 0 || pdc_pending(c) == 0 || !(ev = pdc_events(c)))
+					continue;
+			}
 			pfd[n].fd = pdc_fd(c);
-			pfd[n].events = pdc_events(c);
+			pfd[n].events = ev;
 			pfd[n].revents = 0;
 			idx[n++] = t->first + i;
 		}
 		if (n == 0)
 			break;
-		int r = poll(pfd, n, b->o->cfg.timeout_ms > 0 ? b->o->cfg.timeout_ms : -1);
+		/* Requests waiting out a backoff (OVERLOADED) go when it ends. */
+		int wake = -1;
+		for (nfds_t i = 0; i < n; i++) {
+			int w = pdc_backoff_ms(b->conns[idx[i]]);
+			if (w >= 0 && (wake < 0 || w < wake))
+				wake = w;
+		}
+		int tmo = b->o->cfg.timeout_ms > 0 ? b->o->cfg.timeout_ms : -1;
+		bool backoff = wake >= 0 && (tmo < 0 || wake < tmo);
+		int r = poll(pfd, n, backoff ? wake : tmo);
 		if (r < 0 && errno == EINTR)
 			continue;
+		if (r == 0 && backoff) {
+			for (nfds_t i = 0; i < n; i++)
+				(void)pdc_process(b->conns[idx[i]], 0);
+			continue;
+		}
 		for (nfds_t i = 0; i < n; i++) {
 			/* Timeout: fail every connection that still waits (poll returned 0). */
 			if (r == 0) {
@@ -874,7 +960,9 @@ static int cmd_bench(const struct opts *o, int nfiles, char **files)
 	b.data = calloc((size_t)nfiles, sizeof(*b.data));
 	b.len = calloc((size_t)nfiles, sizeof(*b.len));
 	b.lat_ms = calloc((size_t)o->requests, sizeof(double));
-	if (!b.data || !b.len || !b.lat_ms)
+	b.digest = calloc((size_t)nfiles, sizeof(*b.digest));
+	b.have_digest = calloc((size_t)nfiles, sizeof(*b.have_digest));
+	if (!b.data || !b.len || !b.lat_ms || !b.digest || !b.have_digest)
 		die(EX_OSERR, "out of memory");
 	for (int i = 0; i < nfiles; i++)
 		load_file(files[i], &b.data[i], &b.len[i]);
@@ -887,10 +975,26 @@ static int cmd_bench(const struct opts *o, int nfiles, char **files)
 	struct slot *slots = calloc((size_t)(b.n_conns * per), sizeof(*slots));
 	if (!b.conns || !slots)
 		die(EX_OSERR, "out of memory");
+	/* With several targets, connection i starts at target i mod n: the
+	 * load is spread, and each fails over to the others. */
+	size_t nt_ = oo.cfg.n_targets;
+	struct pdc_target *rot = nt_ > 1 ? calloc((size_t)b.n_conns * nt_, sizeof(*rot)) : NULL;
+	if (nt_ > 1 && !rot)
+		die(EX_OSERR, "out of memory");
 	for (long i = 0; i < b.n_conns; i++) {
-		connect_or_die(&oo, &b.conns[i]);
+		struct opts oc = oo;
+		if (rot) {
+			for (size_t k = 0; k < nt_; k++)
+				rot[(size_t)i * nt_ + k] = oo.cfg.targets[((size_t)i + k) % nt_];
+			oc.cfg.targets = rot + (size_t)i * nt_;
+		}
+		connect_or_die(&oc, &b.conns[i]);
 		for (long k = 0; k < per; k++)
+		{
 			slots[i * per + k] = (struct slot){ .b = &b, .c = b.conns[i] };
+			if (gnutls_hash_init(&slots[i * per + k].h, GNUTLS_DIG_SHA256) < 0)
+				die(EX_OSERR, "cannot set up SHA-256");
+		}
 	}
 	long nt = o->threads > b.n_conns ? b.n_conns : o->threads;
 	pthread_t *th = calloc((size_t)nt, sizeof(*th));
@@ -909,8 +1013,22 @@ static int cmd_bench(const struct opts *o, int nfiles, char **files)
 	for (long i = 0; i < nt; i++)
 		pthread_join(th[i], NULL);
 	int64_t t1 = now_ns();
-	for (long i = 0; i < b.n_conns; i++)
+	unsigned long resent = 0;
+	for (long i = 0; i < b.n_conns; i++) {
+		if (b.conns[i])
+			resent += pdc_resent(b.conns[i]);
 		pdc_close(b.conns[i]);
+	}
+	for (long i = 0; i < b.n_conns * per; i++)
+		gnutls_hash_deinit(slots[i].h, NULL);
+	long mismatched = atomic_load(&b.mismatched);
+	char digests[64 * 70 + 8] = "";
+	for (int f = 0, off = 0; f < nfiles && off < (int)sizeof(digests) - 72; f++) {
+		char hx[65] = "";
+		if (b.have_digest[f])
+			hex(hx, b.digest[f], 32);
+		off += snprintf(digests + off, sizeof(digests) - (size_t)off, "%s\"%s\"", f ? "," : "", hx);
+	}
 
 	long n = atomic_load(&b.n_lat);
 	if (n > b.total)
@@ -928,9 +1046,11 @@ static int cmd_bench(const struct opts *o, int nfiles, char **files)
 		printf("{\"requests\":%ld,\"ok\":%ld,\"failed\":%ld,\"concurrency\":%ld,\"connections\":%ld,"
 		       "\"pipeline\":%ld,\"threads\":%ld,\"elapsed_s\":%.6f,\"msgs_per_s\":%.2f,"
 		       "\"mb_per_s_in\":%.4f,\"mb_per_s_out\":%.4f,\"latency_ms\":{\"p50\":%.3f,\"p95\":%.3f,"
-		       "\"p99\":%.3f,\"max\":%.3f,\"mean\":%.3f}}\n",
+		       "\"p99\":%.3f,\"max\":%.3f,\"mean\":%.3f},\"resent\":%lu,\"mismatched\":%ld,"
+		       "\"plaintext_sha256\":[%s]}\n",
 		       b.total, ok, failed + lost, o->concurrency, b.n_conns, per, nt, secs, mps, mb_in, mb_out,
-		       pct(b.lat_ms, n, 0.50), pct(b.lat_ms, n, 0.95), pct(b.lat_ms, n, 0.99), n ? b.lat_ms[n - 1] : 0, mean);
+		       pct(b.lat_ms, n, 0.50), pct(b.lat_ms, n, 0.95), pct(b.lat_ms, n, 0.99), n ? b.lat_ms[n - 1] : 0, mean,
+		       resent, mismatched, digests);
 	} else {
 		printf("requests %ld: ok %ld, failed %ld; concurrency %ld (%ld connections x %ld in flight, %ld threads)\n",
 		       b.total, ok, failed + lost, o->concurrency, b.n_conns, per, nt);
@@ -938,8 +1058,14 @@ static int cmd_bench(const struct opts *o, int nfiles, char **files)
 		       mb_in, mb_out);
 		printf("latency ms: p50 %.3f  p95 %.3f  p99 %.3f  max %.3f  mean %.3f\n", pct(b.lat_ms, n, 0.50),
 		       pct(b.lat_ms, n, 0.95), pct(b.lat_ms, n, 0.99), n ? b.lat_ms[n - 1] : 0, mean);
+		printf("sent again %lu; plaintexts differing from the first of their file %ld\n", resent, mismatched);
 	}
 	int code = 0;
+	if (mismatched) {
+		fprintf(stderr, "%s: bench: %ld plaintexts differ from the first plaintext of the same file\n", prog,
+		        mismatched);
+		code = EX_SOFTWARE;
+	}
 	if (failed + lost) {
 		code = atomic_load(&b.first_fail_code);
 		if (!code)
@@ -953,6 +1079,9 @@ static int cmd_bench(const struct opts *o, int nfiles, char **files)
 	free(b.data);
 	free(b.len);
 	free(b.lat_ms);
+	free(b.digest);
+	free(b.have_digest);
+	free(rot);
 	free(b.conns);
 	free(slots);
 	free(th);
@@ -976,7 +1105,7 @@ static long num(const char *opt, const char *s, long min, long max)
 enum {
 	O_TLS_CA = 256, O_TLS_CERT, O_TLS_KEY, O_TLS_NAME, O_TLS_PIN, O_NO_TLS, O_VERIFIED, O_PWFILE,
 	O_CONC, O_REQS, O_PIPE, O_THREADS, O_JSON,
-	O_MIME, O_ON_FAILURE, O_ON_NO_KEY, O_HP, O_KEEP_ORIG, O_SPOOL, O_MAX_PLAIN,
+	O_MIME, O_ON_FAILURE, O_ON_NO_KEY, O_HP, O_KEEP_ORIG, O_SPOOL, O_MAX_PLAIN, O_NO_RETRY,
 };
 
 /* --mime: one whole mail through the MIME decryptor (mail/pdmail.c). */
@@ -1085,19 +1214,33 @@ int main(int argc, char **argv)
 		{ "keep-original", no_argument, NULL, O_KEEP_ORIG },
 		{ "spool-dir", required_argument, NULL, O_SPOOL },
 		{ "max-plaintext", required_argument, NULL, O_MAX_PLAIN },
+		{ "no-retry", no_argument, NULL, O_NO_RETRY },
 		{ 0 },
 	};
 	struct opts o = { .concurrency = 1, .requests = 100, .pipeline = 1, .threads = 1 };
 	pd_mail_policy_default(&o.policy);
 	o.cfg.software = "pgpdecd-client/" PD_VERSION;
 	long timeout_s = 60;
-	char *hostport = NULL, *hp = NULL;
+	enum { MAX_TARGETS = 16 };
+	const char *hostports[MAX_TARGETS], *sockets[MAX_TARGETS];
+	size_t n_hostports = 0, n_sockets = 0;
+	static struct pdc_target targets[MAX_TARGETS];
+	char *hps[MAX_TARGETS] = { 0 };
 	bool tls_opt = false;
 	int ch;
 	while ((ch = getopt_long(argc, argv, "s:c:o:t:vhV", lo, NULL)) != -1) {
 		switch (ch) {
-		case 's': o.cfg.socket_path = optarg; break;
-		case 'c': hostport = optarg; break;
+		case 's':
+			if (n_sockets == MAX_TARGETS)
+				die(EX_USAGE, "at most %d --socket options", MAX_TARGETS);
+			sockets[n_sockets++] = optarg;
+			break;
+		case 'c':
+			if (n_hostports == MAX_TARGETS)
+				die(EX_USAGE, "at most %d --connect options", MAX_TARGETS);
+			hostports[n_hostports++] = optarg;
+			break;
+		case O_NO_RETRY: o.cfg.no_retry = true; break;
 		case 'o': o.output = optarg; break;
 		case 't': timeout_s = num("--timeout", optarg, 0, 86400); break;
 		case 'v': verbose = 1; break;
@@ -1144,28 +1287,39 @@ int main(int argc, char **argv)
 		}
 	}
 	o.cfg.timeout_ms = timeout_s == 0 ? -1 : (int)(timeout_s * 1000);
-	if (hostport && o.cfg.socket_path)
+	if (n_hostports && n_sockets)
 		die(EX_USAGE, "--socket and --connect exclude each other");
-	if (hostport) {
-		char *colon;
-		hp = strdup(hostport);
+	for (size_t i = 0; i < n_sockets; i++)
+		targets[i] = (struct pdc_target){ .socket_path = sockets[i] };
+	for (size_t i = 0; i < n_hostports; i++) {
+		const char *hostport = hostports[i];
+		char *colon, *hp = hps[i] = strdup(hostport);
 		if (!hp)
 			die(EX_OSERR, "out of memory");
 		if (hp[0] == '[') {
 			char *end = strchr(hp, ']');
-			if (!end || end[1] != ':')
+			if (!end || end[1] != ':' || !end[2])
 				die(EX_USAGE, "--connect: expected [ADDRESS]:PORT, got %s", hostport);
 			*end = 0;
-			o.cfg.host = hp + 1;
-			o.cfg.port = end + 2;
+			targets[i] = (struct pdc_target){ .host = hp + 1, .port = end + 2 };
 		} else {
 			colon = strrchr(hp, ':');
 			if (!colon || colon == hp || !colon[1])
 				die(EX_USAGE, "--connect: expected HOST:PORT, got %s", hostport);
 			*colon = 0;
-			o.cfg.host = hp;
-			o.cfg.port = colon + 1;
+			targets[i] = (struct pdc_target){ .host = hp, .port = colon + 1 };
 		}
+	}
+	if (n_sockets == 1) {
+		o.cfg.socket_path = sockets[0];
+	} else if (n_hostports == 1) {
+		o.cfg.host = targets[0].host;
+		o.cfg.port = targets[0].port;
+	} else if (n_sockets || n_hostports) {
+		o.cfg.targets = targets;
+		o.cfg.n_targets = n_sockets + n_hostports;
+	}
+	if (n_hostports) {
 		if (o.cfg.no_tls && tls_opt)
 			die(EX_USAGE, "--no-tls excludes the --tls-* options");
 	} else if (tls_opt || o.cfg.no_tls) {
@@ -1187,7 +1341,8 @@ int main(int argc, char **argv)
 		if (o.password_file)
 			die(EX_USAGE, "--mime does not take --password-file");
 		code = cmd_mime(&o, nargs, args);
-		free(hp);
+		for (size_t i = 0; i < n_hostports; i++)
+			free(hps[i]);
 		return code;
 	}
 	if (strcmp(cmd, "ping") == 0 || strcmp(cmd, "stats") == 0 || strcmp(cmd, "keys") == 0) {
@@ -1203,6 +1358,7 @@ int main(int argc, char **argv)
 	} else {
 		code = cmd_decrypt(&o, nargs, args);
 	}
-	free(hp);
+	for (size_t i = 0; i < n_hostports; i++)
+		free(hps[i]);
 	return code;
 }

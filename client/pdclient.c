@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,6 +50,17 @@ struct req {
 	size_t in_off;
 	int (*on_key)(void *, const struct pdc_key *);
 	struct pdc_result res;
+	/* retry (see pdclient.h) */
+	bool delivered;             /* on_metadata/on_data/on_key was called */
+	bool input_read;            /* some ciphertext was read from its source */
+	bool resend;                /* answered SHUTTING_DOWN/OVERLOADED: send a fresh copy */
+	off_t in_start;             /* in_fd: offset at submit, -1 if it cannot seek */
+	int spool_fd;               /* in_fd that cannot seek: a copy of what was read, or -1 */
+	off_t spool_len, spool_pos; /* octets in the copy; where a resend reads it */
+	bool replaying;             /* reading the copy before in_fd again */
+	unsigned attempts;          /* sends before this one */
+	int64_t retry_deadline;     /* now_ms() after which it is not sent again (0: no failure yet) */
+	int64_t not_before;         /* now_ms() before which it is not sent (backoff) */
 };
 
 struct pdc_conn {
@@ -76,7 +88,19 @@ struct pdc_conn {
 	int dead;                   /* error that ended the connection, or 0 */
 	unsigned dead_status;
 	char dead_sentence[PD_SENTENCE_MAX + 1];
+	/* failover and retry */
+	struct pdc_config cfg;      /* the caller's (its strings stay the caller's) */
+	struct pdc_target *targets; /* n_targets >= 1 */
+	size_t n_targets, cur;      /* cur: the target of this connection */
+	bool retry;
+	bool draining;              /* RESULT SHUTTING_DOWN seen: no new request on this connection */
+	bool tls_failed;            /* the last TLS setup or handshake failed: a configuration matter */
+	struct req *rhead, *rtail;  /* waiting for a new connection, in order */
+	unsigned long resent;
 };
+
+#define RETRY_MAX_ATTEMPTS 16
+#define RETRY_DEFAULT_MS 60000
 
 /* ------------------------------------------------------------------ */
 /* small helpers */
@@ -408,6 +432,8 @@ static int tls_start(struct pdc_conn *c, const struct pdc_config *cfg, int64_t d
 
 static void req_free(struct req *r)
 {
+	if (r->spool_fd >= 0)
+		close(r->spool_fd);
 	if (r->password) {
 		explicit_bzero(r->password, r->d.password_len);
 		free(r->password);
@@ -416,14 +442,11 @@ static void req_free(struct req *r)
 	free(r);
 }
 
-/* Unlink the head and call its on_done: the only place on_done is called. */
-static void complete_head(struct pdc_conn *c)
+static int requeue(struct pdc_conn *c, struct req *r, bool same_conn);
+
+/* Its outcome to its on_done, then free it: the only place on_done is called. */
+static void finish(struct req *r)
 {
-	struct req *r = c->head;
-	c->head = r->next;
-	if (!c->head)
-		c->tail = NULL;
-	c->n_pending--;
 	if (r->local_err && !r->res.err) {
 		r->res.err = r->local_err;
 		if (!r->res.sentence[0] || r->res.status == PD_ST_OK)
@@ -434,10 +457,126 @@ static void complete_head(struct pdc_conn *c)
 	req_free(r);
 }
 
+/* Unlink the head and finish it, or, for a request answered
+ * SHUTTING_DOWN/OVERLOADED that may be sent again, queue a fresh copy. */
+static void complete_head(struct pdc_conn *c)
+{
+	struct req *r = c->head;
+	c->head = r->next;
+	if (!c->head)
+		c->tail = NULL;
+	c->n_pending--;
+	if (r->resend && requeue(c, r, true) == 0) {
+		req_free(r);
+		return;
+	}
+	finish(r);
+}
+
 static void complete_ready(struct pdc_conn *c)
 {
 	while (c->head && c->head->answered && c->head->st == S_SENT)
 		complete_head(c);
+}
+
+/* Requests waiting for a new connection that will not come: each gets
+ * this outcome. */
+static void fail_waiting(struct pdc_conn *c, int err, unsigned status, const char *sentence)
+{
+	while (c->rhead) {
+		struct req *r = c->rhead;
+		c->rhead = r->next;
+		if (!c->rhead)
+			c->rtail = NULL;
+		c->n_pending--;
+		memset(&r->res, 0, sizeof(r->res));
+		r->res.err = err;
+		r->res.status = status;
+		snprintf(r->res.sentence, sizeof(r->res.sentence), "%s", sentence);
+		snprintf(r->res.errname, sizeof(r->res.errname), "%s", pd_status_name((uint16_t)status));
+		finish(r);
+	}
+}
+
+static unsigned backoff_ms(unsigned attempt)
+{
+	unsigned ms = attempt >= 6 ? 2000 : 50u << attempt;
+	if (ms > 2000)
+		ms = 2000;
+	/* +-25 %: clients that failed together do not come back together */
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	unsigned j = (unsigned)(ts.tv_nsec ^ (ts.tv_nsec >> 11)) % (ms / 2 + 1);
+	return ms - ms / 4 + j;
+}
+
+/* Its source back at the first octet: 0, or why not. */
+static int rewind_input(struct req *r)
+{
+	if (!r->input_read)
+		return 0;
+	if (r->d.in_read)
+		return r->d.in_rewind ? r->d.in_rewind(r->d.arg) : -ESPIPE;
+	if (r->d.in_fd >= 0) {
+		if (r->in_start >= 0)
+			return lseek(r->d.in_fd, r->in_start, SEEK_SET) < 0 ? -errno : 0;
+		return r->spool_fd >= 0 ? 0 : -ESPIPE; /* the copy is read first (requeue) */
+	}
+	return 0; /* a buffer: the copy starts at in_off 0 */
+}
+
+/* A fresh copy of r (which the caller frees) to be sent again: queued on
+ * this connection (same_conn, the connection alive: after its backoff) or
+ * for the next one.  0, or r cannot be sent again (the caller completes it). */
+static int requeue(struct pdc_conn *c, struct req *r, bool same_conn)
+{
+	int64_t now = now_ms();
+	if (!c->retry || r->local_err || r->attempts + 1 >= RETRY_MAX_ATTEMPTS)
+		return -1;
+	if (r->retry_deadline && now >= r->retry_deadline)
+		return -1;
+	if (r->d.on_retry ? r->d.on_retry(r->d.arg) != 0 : r->delivered)
+		return -1; /* its reply already went somewhere that cannot take it back */
+	if (rewind_input(r) < 0)
+		return -1;
+	struct req *n = calloc(1, sizeof(*n));
+	if (!n)
+		return -1;
+	n->type = r->type;
+	n->d = r->d;
+	n->on_key = r->on_key;
+	n->password = r->password; /* moved: r no longer wipes it */
+	r->password = NULL;
+	n->in_start = r->in_start;
+	n->spool_fd = r->spool_fd; /* moved */
+	r->spool_fd = -1;
+	n->spool_len = n->spool_fd >= 0 ? r->spool_len : 0;
+	n->replaying = n->spool_len > 0;
+	n->input_read = n->spool_fd >= 0; /* the copy goes on growing as the pipe is read */
+	n->attempts = r->attempts + 1;
+	n->retry_deadline = r->retry_deadline ? r->retry_deadline :
+	                    now + (c->timeout_ms > 0 ? c->timeout_ms : RETRY_DEFAULT_MS);
+	n->not_before = now + backoff_ms(r->attempts);
+	n->st = S_QUEUED;
+	c->resent++;
+	c->n_pending++;
+	if (same_conn && !c->dead && !c->draining) {
+		if (++c->next_id == 0)
+			c->next_id = 1;
+		n->id = c->next_id;
+		if (c->tail)
+			c->tail->next = n;
+		else
+			c->head = n;
+		c->tail = n;
+	} else {
+		if (c->rtail)
+			c->rtail->next = n;
+		else
+			c->rhead = n;
+		c->rtail = n;
+	}
+	return 0;
 }
 
 /* The connection is over: every request not done gets this outcome. */
@@ -448,8 +587,31 @@ static int conn_fail(struct pdc_conn *c, int err, unsigned status, const char *s
 		c->dead_status = status;
 		snprintf(c->dead_sentence, sizeof(c->dead_sentence), "%s", sentence);
 	}
+	/* What ended it may be retried: requests not answered go to a new
+	 * connection (pdc_run() or pdc_recover() makes it) if they can. */
+	bool again = c->retry && (c->dead == -ECONNRESET || c->dead == -EPIPE || c->dead == -ETIMEDOUT ||
+	                          c->dead == -ECONNREFUSED || c->dead == -ENOENT || c->dead == -ENOTCONN ||
+	                          (c->dead == -ECONNABORTED && (c->dead_status == PD_ST_SHUTTING_DOWN ||
+	                                                        c->dead_status == PD_ST_OVERLOADED ||
+	                                                        c->dead_status == PD_ST_TIMEOUT)));
 	while (c->head) {
 		struct req *r = c->head;
+		if (!r->answered && again && !r->resend) {
+			c->head = r->next;
+			if (!c->head)
+				c->tail = NULL;
+			c->n_pending--;
+			if (requeue(c, r, false) == 0) {
+				req_free(r);
+				continue;
+			}
+			/* it stays: put it back at the head and complete it below */
+			r->next = c->head;
+			c->head = r;
+			if (!c->tail)
+				c->tail = r;
+			c->n_pending++;
+		}
 		if (!r->answered) {
 			memset(&r->res, 0, sizeof(r->res));
 			/* An ERROR frame from the server is a server outcome (err 0). */
@@ -462,6 +624,8 @@ static int conn_fail(struct pdc_conn *c, int err, unsigned status, const char *s
 		r->answered = true;
 		complete_head(c);
 	}
+	if (!again)
+		fail_waiting(c, c->dead == -ECONNABORTED ? 0 : c->dead, c->dead_status, c->dead_sentence);
 	return c->dead;
 }
 
@@ -474,6 +638,20 @@ static int submit(struct pdc_conn *c, struct req *r)
 	 * is accepted, and the caller can reconnect without losing anything. */
 	if (!c->head && !c->dead && !c->reading)
 		(void)read_some(c);
+	r->in_start = r->d.in_fd >= 0 ? lseek(r->d.in_fd, 0, SEEK_CUR) : -1;
+	if (c->dead && c->retry) {
+		/* It waits for the next connection, which pdc_run() (or the
+		 * caller's pdc_recover()) makes; nothing of it was sent. */
+		r->st = S_QUEUED;
+		r->retry_deadline = now_ms() + (c->timeout_ms > 0 ? c->timeout_ms : RETRY_DEFAULT_MS);
+		c->n_pending++;
+		if (c->rtail)
+			c->rtail->next = r;
+		else
+			c->rhead = r;
+		c->rtail = r;
+		return 0;
+	}
 	if (c->dead) {
 		req_free(r);
 		return c->dead;
@@ -502,6 +680,7 @@ int pdc_submit_decrypt(struct pdc_conn *c, const struct pdc_decrypt *d)
 		return -ENOMEM;
 	r->type = PD_FT_DECRYPT;
 	r->d = *d;
+	r->spool_fd = -1;
 	if (d->password) {
 		r->password = malloc(d->password_len + 1);
 		if (!r->password) {
@@ -523,6 +702,7 @@ static int submit_simple(struct pdc_conn *c, uint8_t type, int (*on_data)(void *
 		return -ENOMEM;
 	r->type = type;
 	r->d.in_fd = -1;
+	r->spool_fd = -1;
 	r->d.on_data = on_data;
 	r->d.on_done = on_done;
 	r->d.arg = arg;
@@ -550,13 +730,53 @@ int pdc_submit_keys(struct pdc_conn *c, int (*on_key)(void *, const struct pdc_k
 /* ------------------------------------------------------------------ */
 /* sending */
 
-static ssize_t read_input(struct req *r, uint8_t *buf, size_t cap)
+/* A copy of a pipe's ciphertext, so that a resend can read it again:
+ * an unlinked file in $TMPDIR (ciphertext only; never plaintext). */
+static int spool_open(void)
 {
+	const char *dir = getenv("TMPDIR");
+	if (!dir || !*dir)
+		dir = "/tmp";
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL))
+		return fd;
+	char path[4096];
+	if (snprintf(path, sizeof(path), "%s/.pdclient-XXXXXX", dir) >= (int)sizeof(path))
+		return -1;
+	fd = mkostemp(path, O_CLOEXEC);
+	if (fd >= 0)
+		unlink(path);
+	return fd;
+}
+
+static ssize_t read_input(struct req *r, uint8_t *buf, size_t cap, bool retry)
+{
+	if (!r->input_read && retry && r->d.in_fd >= 0 && r->in_start < 0)
+		r->spool_fd = spool_open(); /* failing that, it cannot be resent once read */
+	r->input_read = true;
 	if (r->d.in_read)
 		return r->d.in_read(r->d.arg, buf, cap);
 	if (r->d.in_fd >= 0) {
+		if (r->replaying) {
+			ssize_t n = pread(r->spool_fd, buf, cap, r->spool_pos);
+			if (n < 0)
+				return -errno;
+			if (n > 0) {
+				r->spool_pos += n;
+				return n;
+			}
+			r->replaying = false; /* the copy is sent: on with the pipe */
+		}
 		for (;;) {
 			ssize_t n = read(r->d.in_fd, buf, cap);
+			if (n > 0 && r->spool_fd >= 0) {
+				if (pwrite(r->spool_fd, buf, (size_t)n, r->spool_len) != n) {
+					close(r->spool_fd); /* disk full: this one cannot be resent */
+					r->spool_fd = -1;
+				} else {
+					r->spool_len += n;
+				}
+			}
 			if (n >= 0)
 				return n;
 			if (errno != EINTR)
@@ -596,6 +816,10 @@ static void fill_out(struct pdc_conn *c)
 		if (r->st == S_QUEUED) {
 			if (c->n_outstanding >= c->server.max_inflight)
 				return; /* wait for a terminal frame */
+			if (c->draining)
+				return; /* the server takes no more work: the next connection will */
+			if (r->not_before && now_ms() < r->not_before)
+				return; /* backoff: pdc_run() wakes for it */
 			if (r->type == PD_FT_DECRYPT) {
 				struct pd_decrypt_req dr = { .flags = r->d.flags, .password = (const uint8_t *)r->password,
 				                             .password_len = r->password ? r->d.password_len : 0 };
@@ -616,7 +840,7 @@ static void fill_out(struct pdc_conn *c)
 			n = pd_frame_encode(o, room, PD_FT_END, r->id, NULL, 0);
 			r->st = S_SENT;
 		} else {
-			if (r->d.in_fd >= 0 && c->in_run) {
+			if (r->d.in_fd >= 0 && c->in_run && !r->replaying) {
 				/* A pipe with nothing to read yet must not stop us reading
 				 * the server's replies: let pdc_run() poll it. */
 				struct pollfd q = { .fd = r->d.in_fd, .events = POLLIN };
@@ -628,7 +852,7 @@ static void fill_out(struct pdc_conn *c)
 			size_t want = room - PD_FRAME_HDR_LEN;
 			if (want > chunk)
 				want = chunk;
-			ssize_t got = read_input(r, o + PD_FRAME_HDR_LEN, want);
+			ssize_t got = read_input(r, o + PD_FRAME_HDR_LEN, want, c->retry);
 			if (got > 0) {
 				pd_frame_put_hdr(o, PD_FT_DATA, r->id, (uint32_t)got);
 				n = PD_FRAME_HDR_LEN + (int)got;
@@ -726,6 +950,7 @@ static int on_frame(struct pdc_conn *c, const struct pd_frame_hdr *h, const uint
 		copy_info(&info, mi);
 		free(mi);
 		if (r->d.on_metadata && !r->local_err) {
+			r->delivered = true;
 			int k = r->d.on_metadata(r->d.arg, &info);
 			if (k)
 				r->local_err = k < 0 ? k : -ECANCELED;
@@ -737,6 +962,7 @@ static int on_frame(struct pdc_conn *c, const struct pd_frame_hdr *h, const uint
 			return violation(c, "unexpected DATA for request %u", r->id);
 		r->begun_data = true;
 		if (r->d.on_data && !r->local_err && h->len) {
+			r->delivered = true;
 			int k = r->d.on_data(r->d.arg, p, h->len);
 			if (k)
 				r->local_err = k < 0 ? k : -ECANCELED;
@@ -755,6 +981,7 @@ static int on_frame(struct pdc_conn *c, const struct pd_frame_hdr *h, const uint
 		memcpy(o.keyid, k.keyid, 8);
 		memcpy(o.curve, k.curve, sizeof(o.curve));
 		if (r->on_key && !r->local_err) {
+			r->delivered = true;
 			int e = r->on_key(r->d.arg, &o);
 			if (e)
 				r->local_err = e < 0 ? e : -ECANCELED;
@@ -785,6 +1012,13 @@ static int on_frame(struct pdc_conn *c, const struct pd_frame_hdr *h, const uint
 		free(mi);
 		if (res.status == PD_ST_OK && r->st != S_SENT)
 			return violation(c, "RESULT OK for request %u before its END", r->id);
+		/* Not decrypted, and nothing wrong with it: send it again (on
+		 * the next connection when this server is stopping). */
+		if (c->retry && (res.status == PD_ST_SHUTTING_DOWN || res.status == PD_ST_OVERLOADED)) {
+			r->resend = true;
+			if (res.status == PD_ST_SHUTTING_DOWN)
+				c->draining = true;
+		}
 		break;
 	}
 	case PD_FT_PONG:
@@ -858,8 +1092,8 @@ const struct pdc_server *pdc_server(const struct pdc_conn *c) { return &c->serve
 
 short pdc_events(struct pdc_conn *c)
 {
-	if (c->dead)
-		return 0;
+	if (c->dead || (!c->head && c->rhead))
+		return 0; /* nothing more here: pdc_recover() */
 	if (c->out_len == 0)
 		fill_out(c);
 	return (short)(POLLIN | (c->out_len > c->out_off ? POLLOUT : 0));
@@ -881,11 +1115,31 @@ int pdc_process(struct pdc_conn *c, short revents)
 	return 0;
 }
 
+/* Milliseconds until the next request waiting out its backoff may go
+ * (-1: none waits). */
+static int backoff_wait(struct pdc_conn *c)
+{
+	struct req *r = send_req(c);
+	if (!r || r->st != S_QUEUED || !r->not_before || c->draining)
+		return -1;
+	int64_t left = r->not_before - now_ms();
+	return left <= 0 ? 0 : (int)(left > 60000 ? 60000 : left);
+}
+
 int pdc_run(struct pdc_conn *c)
 {
 	int64_t last = now_ms();
 	c->in_run = true;
-	while (c->head && !c->dead) {
+	for (;;) {
+		/* Gone, or stopping with requests for another server: reconnect. */
+		if (c->dead || (!c->head && c->rhead)) {
+			if (!c->rhead || pdc_recover(c) < 0)
+				break;
+			last = now_ms();
+			continue;
+		}
+		if (!c->head)
+			break;
 		short ev = pdc_events(c);
 		short rev = 0;
 		if (c->tls && gnutls_record_check_pending(c->tls) > 0) {
@@ -900,26 +1154,30 @@ int pdc_run(struct pdc_conn *c)
 				int64_t left = last + t - now_ms();
 				t = left <= 0 ? 0 : (int)left;
 			}
+			int bw = backoff_wait(c);
+			bool backing_off = bw >= 0 && (t < 0 || bw < t);
+			if (backing_off)
+				t = bw;
 			int r = poll(pfd, nfd, t);
 			if (r < 0) {
 				if (errno == EINTR)
 					continue;
 				r = -errno;
-				c->in_run = false;
-				return conn_fail(c, r, 0, "poll failed");
+				conn_fail(c, r, 0, "poll failed");
+				continue;
 			}
+			if (r == 0 && backing_off)
+				continue; /* a request's backoff is over: pdc_events() sends it */
 			if (r == 0) {
 				char s[96];
 				snprintf(s, sizeof(s), "no progress from the server for %d ms (timed out)", c->timeout_ms);
-				c->in_run = false;
-				return conn_fail(c, -ETIMEDOUT, PD_ST_TIMEOUT, s);
+				conn_fail(c, -ETIMEDOUT, PD_ST_TIMEOUT, s);
+				continue;
 			}
 			rev = pfd[0].revents;
 			last = now_ms();
 		}
-		int r = pdc_process(c, rev);
-		if (r < 0)
-			break;
+		(void)pdc_process(c, rev);
 	}
 	c->in_run = false;
 	return c->dead;
@@ -956,6 +1214,18 @@ static ssize_t one_read(void *arg, uint8_t *b, size_t n)
 	return o->d->in_read(o->d->arg, b, n);
 }
 
+static int one_rewind(void *arg)
+{
+	struct one *o = arg;
+	return o->d->in_rewind(o->d->arg);
+}
+
+static int one_retry(void *arg)
+{
+	struct one *o = arg;
+	return o->d->on_retry(o->d->arg);
+}
+
 int pdc_decrypt(struct pdc_conn *c, const struct pdc_decrypt *d, struct pdc_result *ret)
 {
 	struct one o = { .ret = ret, .d = d };
@@ -966,6 +1236,10 @@ int pdc_decrypt(struct pdc_conn *c, const struct pdc_decrypt *d, struct pdc_resu
 	w.on_data = one_data;
 	if (d->in_read)
 		w.in_read = one_read;
+	if (d->in_rewind)
+		w.in_rewind = one_rewind;
+	if (d->on_retry)
+		w.on_retry = one_retry;
 	int r = pdc_submit_decrypt(c, &w);
 	if (r < 0)
 		return set_err(ret, r, 0, "cannot submit: %s", strerror(-r));
@@ -1067,6 +1341,196 @@ static int handshake(struct pdc_conn *c, const struct pdc_config *cfg, int64_t d
 	}
 }
 
+/* The transport of this connection (socket, TLS, decoder state, output
+ * buffer) goes; requests, config and targets stay. */
+static void transport_close(struct pdc_conn *c)
+{
+	if (c->tls) {
+		if (!c->dead)
+			(void)gnutls_bye(c->tls, GNUTLS_SHUT_WR); /* non-blocking: best effort */
+		gnutls_deinit(c->tls);
+		c->tls = NULL;
+	}
+	if (c->cred) {
+		gnutls_certificate_free_credentials(c->cred);
+		c->cred = NULL;
+	}
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	free(c->verify_name);
+	c->verify_name = NULL;
+	c->has_pin = c->has_ca = false;
+	c->tls_detail[0] = 0;
+	if (c->out) {
+		explicit_bzero(c->out, c->out_cap);
+		free(c->out);
+	}
+	c->out = NULL;
+	c->out_cap = c->out_len = c->out_off = 0;
+	c->out_secret = false;
+	pd_frame_decoder_free(c->dec);
+	c->dec = NULL;
+	memset(&c->server, 0, sizeof(c->server));
+	c->n_outstanding = 0;
+	c->in_wait_fd = -1;
+	c->draining = false;
+}
+
+/* Connect to target i and shake hands. */
+static int transport_open(struct pdc_conn *c, size_t i, int64_t deadline, struct pdc_result *e)
+{
+	const struct pdc_target *t = &c->targets[i];
+	int r;
+	if (pd_frame_decoder_new(&c->dec, PD_FROM_SERVER, PD_FRAME_HELLO_MAX) < 0)
+		return set_err(e, -ENOMEM, 0, "out of memory");
+	if (t->host) {
+		if (!t->port)
+			return set_err(e, -EINVAL, 0, "no port given for %s", t->host);
+		r = connect_tcp(t->host, t->port, deadline, e);
+		if (r < 0)
+			return r;
+		c->fd = r;
+		struct pdc_config tc = c->cfg;
+		tc.host = t->host;
+		c->tls_failed = false;
+		if (!c->cfg.no_tls && (r = tls_start(c, &tc, deadline, e)) < 0) {
+			/* Not retried: a certificate, CA, pin or client certificate
+			 * the daemon refuses does not get better by waiting. */
+			c->tls_failed = r != -ETIMEDOUT;
+			return r;
+		}
+	} else {
+		r = connect_unix(t->socket_path, deadline, e);
+		if (r < 0)
+			return r;
+		c->fd = r;
+		int fl = fcntl(c->fd, F_GETFL);
+		if (fl < 0 || fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) < 0)
+			return set_err(e, -errno, 0, "fcntl: %s", strerror(errno));
+	}
+	r = handshake(c, &c->cfg, deadline, e);
+	/* A TLS alert after the handshake (TLS 1.3: the daemon refuses our
+	 * certificate, or the lack of one, only then) is no restart either. */
+	if (r < 0 && c->tls && c->tls_detail[0])
+		c->tls_failed = true;
+	return r;
+}
+
+/* A Unix socket missing from a directory that exists is a daemon not
+ * (yet) listening; a missing directory is a wrong path. */
+static bool socket_dir_exists(const char *path)
+{
+	if (!path)
+		return true;
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	const char *slash = strrchr(path, '/');
+	if (!slash)
+		return true; /* relative to the working directory, which exists */
+	size_t n = (size_t)(slash - path);
+	if (n >= sizeof(dir))
+		return false;
+	memcpy(dir, path, n);
+	dir[n] = 0;
+	struct stat st;
+	return stat(n ? dir : "/", &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Whether a failed connection attempt may succeed later: nobody listening
+ * yet (a restart), reset, timed out, or a server that is stopping or
+ * overloaded.  Not: access denied, TLS verification, protocol, version,
+ * usage. */
+static bool connect_retriable(int r, const struct pdc_result *e)
+{
+	if (r == -ECONNABORTED)
+		return e->status == PD_ST_SHUTTING_DOWN || e->status == PD_ST_OVERLOADED || e->status == PD_ST_TIMEOUT;
+	return r == -ECONNREFUSED || r == -ENOENT || r == -ECONNRESET || r == -ETIMEDOUT || r == -EPIPE ||
+	       r == -EHOSTUNREACH || r == -ENETUNREACH || r == -EAGAIN || r == -ENOTCONN;
+}
+
+/* Connect to the first target that answers, starting at first; with
+ * retry, pass after pass with backoff until deadline while some failure
+ * may pass.  0 with c->cur set, or the last error in *e. */
+static int connect_any(struct pdc_conn *c, size_t first, int64_t deadline, struct pdc_result *e)
+{
+	int r = -EHOSTUNREACH;
+	for (unsigned pass = 0;; pass++) {
+		bool may_pass = false;
+		for (size_t k = 0; k < c->n_targets; k++) {
+			size_t i = (first + k) % c->n_targets;
+			transport_close(c);
+			int64_t dl = deadline;
+			if (c->timeout_ms && (dl < 0 || now_ms() + c->timeout_ms < dl))
+				dl = now_ms() + c->timeout_ms;
+			r = transport_open(c, i, dl, e);
+			if (r == 0) {
+				c->cur = i;
+				return 0;
+			}
+			may_pass |= connect_retriable(r, e) && !c->tls_failed &&
+			            (r != -ENOENT || socket_dir_exists(c->targets[i].socket_path));
+		}
+		transport_close(c);
+		if (!c->retry || !may_pass)
+			return r;
+		int64_t left = deadline < 0 ? INT64_MAX : deadline - now_ms();
+		if (left <= 0)
+			return r;
+		unsigned ms = backoff_ms(pass);
+		(void)poll(NULL, 0, (int)((int64_t)ms < left ? (int64_t)ms : left));
+	}
+}
+
+int pdc_recover(struct pdc_conn *c)
+{
+	/* A connection still open (its server stopping): what it has not
+	 * answered goes to the next one too. */
+	if (!c->dead)
+		conn_fail(c, -ECONNABORTED, PD_ST_SHUTTING_DOWN, "the server is stopping");
+	if (!c->rhead)
+		return c->dead;
+	int64_t deadline = -1;
+	for (struct req *r = c->rhead; r; r = r->next)
+		if (r->retry_deadline && (deadline < 0 || r->retry_deadline < deadline))
+			deadline = r->retry_deadline;
+	if (deadline < 0)
+		deadline = now_ms() + (c->timeout_ms > 0 ? c->timeout_ms : RETRY_DEFAULT_MS);
+	struct pdc_result e;
+	int r = connect_any(c, (c->cur + 1) % c->n_targets, deadline, &e);
+	if (r < 0) {
+		c->dead = r;
+		c->dead_status = e.status;
+		snprintf(c->dead_sentence, sizeof(c->dead_sentence), "%s", e.sentence);
+		fail_waiting(c, e.err, e.status, e.sentence);
+		return r;
+	}
+	c->dead = 0;
+	c->dead_status = 0;
+	c->dead_sentence[0] = 0;
+	/* The waiting requests, in order, on the new connection. */
+	while (c->rhead) {
+		struct req *q = c->rhead;
+		c->rhead = q->next;
+		if (!c->rhead)
+			c->rtail = NULL;
+		q->next = NULL;
+		if (++c->next_id == 0)
+			c->next_id = 1;
+		q->id = c->next_id;
+		q->not_before = 0; /* the backoff was the reconnection's */
+		if (c->tail)
+			c->tail->next = q;
+		else
+			c->head = q;
+		c->tail = q;
+	}
+	return 0;
+}
+
+int pdc_backoff_ms(struct pdc_conn *c) { return c->dead ? -1 : backoff_wait(c); }
+
+unsigned long pdc_resent(const struct pdc_conn *c) { return c->resent; }
+
 int pdc_connect(struct pdc_conn **ret, const struct pdc_config *cfg, struct pdc_result *e)
 {
 	struct pdc_conn *c = calloc(1, sizeof(*c));
@@ -1074,42 +1538,36 @@ int pdc_connect(struct pdc_conn **ret, const struct pdc_config *cfg, struct pdc_
 		return set_err(e, -ENOMEM, 0, "out of memory");
 	c->fd = -1;
 	c->in_wait_fd = -1;
+	c->cfg = *cfg;
+	c->retry = !cfg->no_retry;
 	c->timeout_ms = cfg->timeout_ms == 0 ? 60000 : cfg->timeout_ms < 0 ? 0 : cfg->timeout_ms;
 	int64_t deadline = c->timeout_ms ? now_ms() + c->timeout_ms : -1;
 	int r;
+	c->n_targets = cfg->n_targets ? cfg->n_targets : 1;
+	c->targets = calloc(c->n_targets, sizeof(*c->targets));
 	c->rbuf = malloc(RBUF_SIZE);
-	if (!c->rbuf || pd_frame_decoder_new(&c->dec, PD_FROM_SERVER, PD_FRAME_HELLO_MAX) < 0) {
+	if (!c->rbuf || !c->targets) {
 		r = set_err(e, -ENOMEM, 0, "out of memory");
 		goto fail;
 	}
-	if (cfg->host) {
-		if (!cfg->port) {
-			r = set_err(e, -EINVAL, 0, "no port given for %s", cfg->host);
-			goto fail;
-		}
-		r = connect_tcp(cfg->host, cfg->port, deadline, e);
-		if (r < 0)
-			goto fail;
-		c->fd = r;
-		if (!cfg->no_tls && (r = tls_start(c, cfg, deadline, e)) < 0)
-			goto fail;
+	if (cfg->n_targets) {
+		memcpy(c->targets, cfg->targets, c->n_targets * sizeof(*c->targets));
+	} else if (cfg->host) {
+		c->targets[0] = (struct pdc_target){ .host = cfg->host, .port = cfg->port };
 	} else {
 		const char *path = cfg->socket_path;
 		if (!path)
 			path = getenv("PGPDECD_SOCKET");
 		if (!path || !*path)
 			path = PDC_DEFAULT_SOCKET;
-		r = connect_unix(path, deadline, e);
-		if (r < 0)
-			goto fail;
-		c->fd = r;
-		int fl = fcntl(c->fd, F_GETFL);
-		if (fl < 0 || fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
-			r = set_err(e, -errno, 0, "fcntl: %s", strerror(errno));
+		c->targets[0] = (struct pdc_target){ .socket_path = path };
+	}
+	for (size_t i = 0; i < c->n_targets; i++)
+		if (!c->targets[i].host && !c->targets[i].socket_path) {
+			r = set_err(e, -EINVAL, 0, "target %zu names neither a socket nor a host", i + 1);
 			goto fail;
 		}
-	}
-	r = handshake(c, cfg, deadline, e);
+	r = connect_any(c, 0, deadline, e);
 	if (r < 0)
 		goto fail;
 	*ret = c;
@@ -1123,27 +1581,16 @@ struct pdc_conn *pdc_close(struct pdc_conn *c)
 {
 	if (!c)
 		return NULL;
+	c->retry = false; /* nothing is sent again now */
 	if (c->head)
 		conn_fail(c, -ECANCELED, 0, "connection closed by the client");
-	if (c->tls) {
-		if (!c->dead)
-			(void)gnutls_bye(c->tls, GNUTLS_SHUT_WR); /* non-blocking: best effort */
-		gnutls_deinit(c->tls);
-	}
-	if (c->cred)
-		gnutls_certificate_free_credentials(c->cred);
-	if (c->fd >= 0)
-		close(c->fd);
-	free(c->verify_name);
-	if (c->out) {
-		explicit_bzero(c->out, c->out_cap);
-		free(c->out);
-	}
+	fail_waiting(c, -ECANCELED, 0, "connection closed by the client");
+	transport_close(c);
 	if (c->rbuf) {
 		explicit_bzero(c->rbuf, RBUF_SIZE);
 		free(c->rbuf);
 	}
-	pd_frame_decoder_free(c->dec);
+	free(c->targets);
 	free(c);
 	return NULL;
 }

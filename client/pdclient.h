@@ -63,10 +63,25 @@ extern "C" {
 
 struct pdc_conn;
 
-struct pdc_config { /* public, by value; zero-initialise, then set what you need */
+struct pdc_target { /* public, by value: one daemon to connect to */
+	const char *socket_path;   /* Unix socket, when host is NULL */
+	const char *host;          /* TCP host name or address */
+	const char *port;          /* TCP port (service) */
+};
+
+struct pdc_config { /* public, by value; zero-initialise, then set what you need.  Its strings
+                     * (and targets) must stay valid while a connection made with it lives:
+                     * it reconnects with them. */
 	const char *socket_path;   /* Unix socket; used when host is NULL (NULL: $PGPDECD_SOCKET or the default) */
 	const char *host;          /* TCP: host name or address */
 	const char *port;          /* TCP: port (service) */
+	/* Failover: when n_targets > 0, these replace socket_path/host/port.
+	 * A connection goes to the first that answers, in order (after a
+	 * failure: starting with the next one); TLS settings are shared, the
+	 * server name defaults to each target's host. */
+	const struct pdc_target *targets;
+	size_t n_targets;
+	bool no_retry;             /* turn off retrying (see "Retry" below) */
 	bool no_tls;               /* TCP without TLS (only for a daemon on loopback that allows it) */
 	const char *tls_ca;        /* PEM file of CAs to verify the server with (NULL: system CAs unless pinned) */
 	const char *tls_cert;      /* PEM client certificate (mutual TLS) */
@@ -145,6 +160,14 @@ struct pdc_decrypt { /* public, by value: one decryption request */
 	const uint8_t *in_buf;      /* with in_len; must stay valid until on_done */
 	size_t in_len;
 	ssize_t (*in_read)(void *arg, uint8_t *buf, size_t cap); /* >0, 0 = EOF, <0 = -errno */
+	/* Retry support (both optional, see "Retry"): in_rewind makes in_read
+	 * start over from the first octet (0, or -errno).  on_retry, when set,
+	 * is asked before the request is sent again: return 0 to allow it
+	 * (having discarded what was delivered, a temporary file truncated),
+	 * nonzero to have it fail instead.  Without on_retry a request is sent
+	 * again only if nothing of its reply was delivered yet. */
+	int (*in_rewind)(void *arg);
+	int (*on_retry)(void *arg);
 	/* Reply sinks (each may be NULL); a nonzero return from on_metadata or on_data
 	 * stops delivery to this request (the result then has err set to it). */
 	int (*on_metadata)(void *arg, const struct pdc_info *info);
@@ -175,16 +198,61 @@ PDC_API int pdc_submit_stats(struct pdc_conn *c, int (*on_data)(void *, const ui
 PDC_API int pdc_submit_keys(struct pdc_conn *c, int (*on_key)(void *, const struct pdc_key *),
                             void (*on_done)(void *, const struct pdc_result *), void *arg);
 
-/** Send and receive until every queued request is done.  0, or the error that
- * ended the connection (every request still got its on_done). */
+/*
+ * Retry (on unless cfg.no_retry).  Decryption is idempotent, so a request
+ * that did not finish is sent again, with backoff (50 ms doubling to 2 s,
+ * jittered), until it is answered or timeout_ms has passed since its first
+ * failure (60 s by default; with timeout_ms < 0, 60 s as well), on this
+ * connection or, when the connection is gone, on a new one to the next
+ * target that answers.  What is retried:
+ *  - the connection failing: refused, reset, closed by the server (ERROR
+ *    SHUTTING_DOWN, OVERLOADED or TIMEOUT, or no ERROR at all: a daemon
+ *    that vanished, killed or restarted), or silent for timeout_ms;
+ *  - a RESULT SHUTTING_DOWN (the request goes to another connection once
+ *    this one ends: the server no longer takes work) or OVERLOADED (the
+ *    same connection, after the backoff).
+ * A request is sent again only if its ciphertext can be sent again: a
+ * buffer; an fd that can seek (the offset at submit is restored); an fd
+ * that cannot (a pipe), whose octets libpdclient copies as it reads them
+ * to an unlinked file in $TMPDIR (ciphertext only, never plaintext; mode
+ * 0600) and sends again from there; in_read with in_rewind; or any source
+ * of which nothing was read yet.  And only
+ * if nothing of its reply was delivered yet, or its on_retry allows it.
+ * Otherwise it ends with the failure (err set: exit code 75).  Protocol
+ * violations, TLS verification failures, access denied and every other
+ * status are never retried.  on_done is called once per request, when it
+ * is finally answered, so after a retry requests may complete out of
+ * submission order.
+ *
+ * pdc_run() does all of this itself; an event-loop user whose
+ * pdc_process() returned an error calls pdc_recover() (which blocks while
+ * it reconnects).
+ */
+
+/** Send and receive until every queued request is done, reconnecting and
+ * resending as "Retry" says.  0, or the error that ended the connection
+ * (every request still got its on_done). */
 PDC_API int pdc_run(struct pdc_conn *c);
+/** After pdc_process() failed: reconnect (blocking: failover and backoff
+ * within the requests' retry deadline) and queue again what may be resent.
+ * 0 when the connection is usable again (poll pdc_fd() anew: it changed);
+ * otherwise the error, and every request has had its on_done. */
+PDC_API int pdc_recover(struct pdc_conn *c);
+/** Milliseconds until a request waiting out its backoff (after OVERLOADED)
+ * is to be sent: an event loop polls at most this long, then calls
+ * pdc_process(c, 0).  -1: none waits. */
+PDC_API int pdc_backoff_ms(struct pdc_conn *c);
+/** Requests sent again so far on this connection object (failovers included). */
+PDC_API unsigned long pdc_resent(const struct pdc_conn *c);
 /** Submit one decryption and run: *ret receives its result. */
 PDC_API int pdc_decrypt(struct pdc_conn *c, const struct pdc_decrypt *d, struct pdc_result *ret);
 
 /* Event-loop integration (what pdc_run does in a loop): poll pdc_fd() for
  * pdc_events(), then call pdc_process() with what poll returned. */
 PDC_API int pdc_fd(const struct pdc_conn *c);
-/** POLLIN, plus POLLOUT while there is something to send. */
+/** POLLIN, plus POLLOUT while there is something to send; 0 when the
+ * connection can do no more (it ended, or its server is stopping) while
+ * pdc_pending() requests wait for another: call pdc_recover(). */
 PDC_API short pdc_events(struct pdc_conn *c);
 /** Do the I/O that revents allows; 0 or the error that ended the connection. */
 PDC_API int pdc_process(struct pdc_conn *c, short revents);

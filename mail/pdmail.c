@@ -209,6 +209,11 @@ int pd_mail_new(struct pd_mail **ret, const struct pdc_config *cfg, const struct
 	if (!m)
 		return -ENOMEM;
 	m->cfg = *cfg;
+	/* The gateway retries on its own terms (one fresh connection for a
+	 * pooled one the daemon closed) and answers a temporary failure, which
+	 * the MTA retries later: libpdclient's retry would hold the SMTP
+	 * session for up to its timeout. */
+	m->cfg.no_retry = true;
 	if (policy)
 		m->pol = *policy;
 	else

@@ -84,10 +84,27 @@ def test_env_socket(fake):
 ])
 def test_exit_codes(fake, script, code, name):
     s = fake()
-    r = run(["--socket", s.path], input=script + b"y" * 200000)
+    # OVERLOADED is sent again until --timeout (test_overloaded_is_retried)
+    r = run(["--socket", s.path, "--timeout", "2"], input=script + b"y" * 200000)
     assert r.returncode == code, r.stderr
     line = one_line(r.stderr)
     assert line.startswith(f"pgpdecd-client: (stdin): {name}: "), line
+
+
+def test_overloaded_is_retried(fake):
+    """RESULT OVERLOADED is sent again after a backoff, on the same
+    connection, until --timeout: a stdin message too (the client keeps a
+    copy of what it read from the pipe)."""
+    s = fake()
+    t0 = time.monotonic()
+    r = run(["--socket", s.path, "--timeout", "3"], input=b"EARLY 30\n" + b"y" * 1000)
+    assert r.returncode == 75 and time.monotonic() - t0 >= 2.5
+    n = sum(1 for q in s.requests if q[0] == 0x10)
+    assert n >= 4, s.requests  # 50, 100, 200, 400 ms, ... apart
+    assert s.connections == 1
+    r = run(["--socket", s.path, "--no-retry"], input=b"EARLY 30\n" + b"y" * 1000)
+    assert r.returncode == 75
+    assert sum(1 for q in s.requests if q[0] == 0x10) == n + 1
 
 
 @pytest.mark.parametrize("verbose", [[], ["-v"]])
@@ -261,9 +278,19 @@ def test_verbose_line(fake):
 
 
 def test_unreachable(tmp_path):
-    r = run(["--socket", str(tmp_path / "none.sock")], input=b"x")
+    # Nobody listening where a daemon may come back (its directory exists):
+    # retried with backoff for --timeout, then 75; a directory that does
+    # not exist is a wrong path: 75 at once.
+    t0 = time.monotonic()
+    r = run(["--socket", str(tmp_path / "none.sock"), "--timeout", "2"], input=b"x")
     assert r.returncode == 75
+    assert 1.5 < time.monotonic() - t0 < 20
     assert "cannot connect" in one_line(r.stderr)
+    t0 = time.monotonic()
+    r = run(["--socket", str(tmp_path / "no" / "such.sock")], input=b"x")
+    assert r.returncode == 75 and time.monotonic() - t0 < 5
+    r = run(["--socket", str(tmp_path / "none.sock"), "--no-retry"], input=b"x")
+    assert r.returncode == 75
 
 
 def test_refused_by_server(fake):
@@ -271,8 +298,10 @@ def test_refused_by_server(fake):
     r = run(["--socket", s.path], input=b"x")
     assert r.returncode == 77
     assert "refused the connection" in one_line(r.stderr)
-    s2 = fake(refuse=30)
-    assert run(["--socket", s2.path, "ping"]).returncode == 75
+    assert s.connections == 1  # access denied is not retried
+    s2 = fake(refuse=30)  # OVERLOADED: tried again until --timeout
+    assert run(["--socket", s2.path, "--timeout", "2", "ping"]).returncode == 75
+    assert s2.connections > 1
 
 
 def test_silent_server_times_out(tmp_path):
@@ -636,26 +665,35 @@ def test_real_signal_removes_temporary_file(daemon, tmp_path, sig):
 
 def test_real_refused_submit_removes_temporary_file(daemon, tmp_path):
     # The daemon has closed the idle connection by the time the input (a FIFO
-    # opened late) is readable: submitting fails, the temporary file goes.
+    # opened late) is readable.  With --no-retry submitting fails and the
+    # temporary file goes; by default the client connects again and the
+    # message is decrypted (nothing of it had been sent).
     base = daemon["base"]
     p, sock = start_daemon(base, daemon["keys"], "idle", "--idle-timeout", "200ms")
     try:
-        fifo = tmp_path / "in.gpg"
-        os.mkfifo(fifo)
-        outdir = tmp_path / "out"
-        outdir.mkdir()
-        c = subprocess.Popen([CLIENT, "--socket", sock, "-o", str(outdir / "plain"), str(fifo)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(1.0)  # five idle timeouts
-        try:
-            with open(fifo, "wb") as f:
-                f.write(daemon["enc"](b"late\n"))
-        except BrokenPipeError:
-            pass  # the client gave up as soon as it could not submit
-        assert c.wait(30) == 75
-        err = c.stderr.read().decode()
-        c.stderr.close()
-        assert err.startswith("pgpdecd-client: "), err
-        assert os.listdir(outdir) == [], err
+        for retry in (False, True):
+            fifo = tmp_path / f"in{retry}.gpg"
+            os.mkfifo(fifo)
+            outdir = tmp_path / f"out{retry}"
+            outdir.mkdir()
+            c = subprocess.Popen([CLIENT, "--socket", sock, "-o", str(outdir / "plain"), str(fifo)]
+                                 + ([] if retry else ["--no-retry"]),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            time.sleep(1.0)  # five idle timeouts
+            try:
+                with open(fifo, "wb") as f:
+                    f.write(daemon["enc"](b"late\n"))
+            except BrokenPipeError:
+                pass  # the client gave up as soon as it could not submit
+            rc = c.wait(30)
+            err = c.stderr.read().decode()
+            c.stderr.close()
+            if retry:
+                assert rc == 0, err
+                assert os.listdir(outdir) == ["plain"] and (outdir / "plain").read_bytes() == b"late\n"
+            else:
+                assert rc == 75, err
+                assert err.startswith("pgpdecd-client: "), err
+                assert os.listdir(outdir) == [], err
     finally:
         stop_daemon(p, base, "idle")

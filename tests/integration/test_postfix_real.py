@@ -63,8 +63,10 @@ def accounts():
 
 def archive_pipe(pf, name, user, archive):
     """contrib/postfix/README.md, recipe 1, with the test's paths."""
+    # --no-retry: Postfix's queue is the retry (a deferral, sent again with
+    # its backoff); the client's own retry would hold the pipe for --timeout.
     pf.add_pipe(name, [CLIENT, "--socket", pf.root / "pgpdecd" / "pgpdecd.sock",
-                       "--verified-only", "--timeout", "120", "-o",
+                       "--verified-only", "--no-retry", "--timeout", "120", "-o",
                        f"{archive}/${{queue_id}}.txt"], user=user, flags="q", maxproc=10)
 
 

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -184,9 +185,12 @@ static ssize_t in_read(void *arg, uint8_t *buf, size_t cap)
 	return (ssize_t)n;
 }
 
+/* The scripted server serves one connection: retry (tested with the real
+ * daemon in tests/integration/test_retry.py) is off here, except where a
+ * test says otherwise. */
 static struct pdc_conn *conn(struct server *s)
 {
-	struct pdc_config cfg = { .socket_path = s->path, .timeout_ms = 5000 };
+	struct pdc_config cfg = { .socket_path = s->path, .timeout_ms = 5000, .no_retry = true };
 	struct pdc_conn *c = NULL;
 	struct pdc_result e;
 	assert_int_equal(pdc_connect(&c, &cfg, &e), 0);
@@ -308,7 +312,7 @@ static void test_hello_then_error(void **state)
 	/* HELLO and ERROR in one read: connect reports the server's status. */
 	struct server s;
 	server_start(&s, S_HELLO_ERROR);
-	struct pdc_config cfg = { .socket_path = s.path, .timeout_ms = 5000 };
+	struct pdc_config cfg = { .socket_path = s.path, .timeout_ms = 5000, .no_retry = true };
 	struct pdc_conn *c = NULL;
 	struct pdc_result e;
 	assert_int_equal(pdc_connect(&c, &cfg, &e), -ECONNABORTED);
@@ -318,16 +322,36 @@ static void test_hello_then_error(void **state)
 	server_stop(&s);
 }
 
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static void test_unreachable(void **state)
 {
 	(void)state;
+	/* A directory that does not exist is a mistake, not a restart: no
+	 * retry, at once. */
 	struct pdc_config cfg = { .socket_path = "/nonexistent/pgpdecd.sock" };
 	struct pdc_conn *c = NULL;
 	struct pdc_result e;
+	int64_t t0 = mono_ms();
 	assert_int_equal(pdc_connect(&c, &cfg, &e), -ENOENT);
+	assert_true(mono_ms() - t0 < 1000);
 	assert_null(c);
 	assert_int_equal(pdc_exit_code(&e), 75);
 	assert_non_null(strstr(e.sentence, "cannot connect"));
+	/* No socket in an existing directory (a daemon restarting): retried
+	 * with backoff until the timeout, then the same failure. */
+	struct pdc_config cfg2 = { .socket_path = "/tmp/pd-test-no-such.sock", .timeout_ms = 400 };
+	t0 = mono_ms();
+	assert_int_equal(pdc_connect(&c, &cfg2, &e), -ENOENT);
+	int64_t dt = mono_ms() - t0;
+	assert_true(dt >= 350 && dt < 3000);
+	assert_null(c);
+	assert_int_equal(pdc_exit_code(&e), 75);
 }
 
 int main(void)

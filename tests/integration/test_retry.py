@@ -1,0 +1,237 @@
+# SPDX-License-Identifier: MIT
+"""Nothing lost (issue 14): libpdclient and pgpdecd-client send again what
+did not finish, with backoff, to the same daemon once it is back or to
+another one given by repeating --socket: kill -9 and SIGTERM of a daemon in
+the middle of a bench lose no request and every plaintext is byte-exact;
+a daemon restarted on the same socket serves the waiting client; a
+message from a pipe is sent again from a copy; plaintext that already
+reached standard output is never resent into it (exit 75 instead), with
+-o it is; --no-retry fails at once."""
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_daemon import Daemon, PGPDECD, world  # noqa: E402,F401
+
+BUILD = os.environ.get("PD_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+CLIENT = os.path.join(BUILD, "client", "pgpdecd-client")
+
+pytestmark = pytest.mark.skipif(not shutil.which("gpg") or not os.path.exists(PGPDECD)
+                                or not os.path.exists(CLIENT), reason="needs gpg, the daemon and the client")
+
+
+@pytest.fixture(scope="module")
+def msgs(world, tmp_path_factory):
+    d = tmp_path_factory.mktemp("retry")
+    g = world["gpg"]
+    out = {}
+    for name, size in (("small", 4096), ("big", 64 << 20)):
+        plain = os.urandom(size)
+        f = d / (name + ".gpg")
+        f.write_bytes(g.encrypt(plain, "alice@example.org", compress=0))
+        out[name] = (f, plain)
+    return out
+
+
+def two(world, tmp_path, *extra):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    return Daemon(world, a, "--workers", "1", *extra), Daemon(world, b, "--workers", "1", *extra)
+
+
+def bench(socks, msg, n, conc=8, extra=()):
+    args = [CLIENT]
+    for s in socks:
+        args += ["--socket", s]
+    args += ["--timeout", "20", *extra, "bench", "--concurrency", str(conc), "--requests", str(n), "--json", str(msg)]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def served(d):
+    """Requests a daemon has finished (its log lines)."""
+    return d.logtext().count("[REQ] request ")
+
+
+def finish(p):
+    out, err = p.communicate(timeout=300)
+    j = json.loads(out.decode().strip().splitlines()[-1]) if out.strip() else None
+    return p.returncode, j, err.decode()
+
+
+@pytest.mark.parametrize("how", ["kill", "term"])
+def test_bench_survives_a_daemon(world, msgs, tmp_path, how):
+    """Two daemons, a bench over both with retry (the default): one is
+    killed with SIGKILL, or stopped with SIGTERM, in the middle.  No request
+    fails, every plaintext is the same as gpg encrypted, and requests were
+    sent again (to the other daemon)."""
+    da, db = two(world, tmp_path)
+    f, plain = msgs["small"]
+    try:
+        p = bench([da.sock, db.sock], f, 600)
+        deadline = time.time() + 60
+        while served(da) < 60:
+            assert time.time() < deadline and p.poll() is None, (da.logtext()[-2000:], p.poll())
+            time.sleep(0.01)
+        da.proc.send_signal(signal.SIGKILL if how == "kill" else signal.SIGTERM)
+        rc, j, err = finish(p)
+        assert rc == 0, err
+        assert j["ok"] == 600 and j["failed"] == 0 and j["mismatched"] == 0, j
+        assert j["plaintext_sha256"] == [hashlib.sha256(plain).hexdigest().upper()], j
+        assert served(db) > 0, "the second daemon took no load"
+        if how == "kill":
+            assert j["resent"] > 0, j  # the killed daemon's requests in flight went again
+        assert da.proc.wait(30) == (-signal.SIGKILL if how == "kill" else 0)
+    finally:
+        db.stop()
+        da.stop()
+
+
+def test_bench_no_retry_loses_requests(world, msgs, tmp_path):
+    """The same kill with --no-retry: requests fail (what retry prevents)."""
+    da, db = two(world, tmp_path)
+    f, _ = msgs["small"]
+    try:
+        p = bench([da.sock, db.sock], f, 600, extra=("--no-retry",))
+        deadline = time.time() + 60
+        while served(da) < 60:
+            assert time.time() < deadline and p.poll() is None
+            time.sleep(0.01)
+        da.proc.send_signal(signal.SIGKILL)
+        rc, j, err = finish(p)
+        assert rc == 75 and j["failed"] > 0, (rc, j, err)
+    finally:
+        db.stop()
+        da.stop()
+
+
+def kill_mid_message(d, out, full, client):
+    """SIGKILL daemon d while the client's temporary output for out has
+    some but not all of the plaintext: the message is in flight.  The
+    daemon is stopped (SIGSTOP) first, so that it cannot finish meanwhile."""
+    deadline = time.time() + 60
+    while True:
+        assert client.poll() is None, "the client finished before the daemon could be killed"
+        assert time.time() < deadline, "no plaintext reached the temporary file"
+        tmp = [x for x in out.parent.iterdir() if x.name.startswith("." + out.name + ".pgpdecd-")]
+        if tmp and tmp[0].stat().st_size > 0:
+            d.proc.send_signal(signal.SIGSTOP)
+            break
+        time.sleep(0.0005)
+    size = tmp[0].stat().st_size
+    assert 0 < size < full, size
+    d.proc.send_signal(signal.SIGKILL)
+    d.proc.wait(30)
+    return size
+
+
+def test_daemon_restarted_on_the_same_socket(world, msgs, tmp_path):
+    """A daemon killed in the middle of a large message and started again
+    on the same socket 1.5 s later (what systemd does): the client, with
+    -o, waits, sends the message again and succeeds."""
+    d = Daemon(world, tmp_path, "--workers", "1")
+    f, plain = msgs["big"]
+    out = tmp_path / "plain.out"
+    p = subprocess.Popen([CLIENT, "--socket", d.sock, "--timeout", "30", "-o", str(out), str(f)],
+                         stderr=subprocess.PIPE)
+    try:
+        kill_mid_message(d, out, len(plain), p)
+        time.sleep(1.5)
+        d2 = Daemon(world, tmp_path, "--workers", "1")  # same socket path
+        try:
+            assert p.wait(120) == 0, p.stderr.read()
+            assert out.read_bytes() == plain
+        finally:
+            assert d2.stop() == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def test_stdout_is_never_written_twice(world, msgs, tmp_path):
+    """Plaintext that reached standard output cannot be taken back: when the
+    daemon dies after some of it was written, the message is not sent again
+    into the same stream; the client exits 75 and says why (the reader of
+    the pipe holds the client back, so the message is in flight)."""
+    da, db = two(world, tmp_path)
+    f, plain = msgs["big"]
+    try:
+        p = subprocess.Popen([CLIENT, "--socket", da.sock, "--socket", db.sock, str(f)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        first = p.stdout.read(1 << 16)  # some plaintext is out, and we read no more for now
+        assert first and first == plain[:len(first)]
+        da.proc.send_signal(signal.SIGKILL)
+        rest = p.stdout.read()
+        err = p.stderr.read().decode()
+        assert p.wait(60) == 75, err
+        assert "not sent again: part of its plaintext had gone to standard output" in err, err
+        got = first + rest
+        assert len(got) < len(plain) and got == plain[:len(got)]  # no second copy followed
+        assert served(db) == 0
+    finally:
+        db.stop()
+        da.stop()
+
+
+def test_output_file_sent_again(world, msgs, tmp_path):
+    """With -o the same failure sends the message again to the other
+    daemon: the temporary file starts over and the result is byte-exact."""
+    da, db = two(world, tmp_path)
+    f, plain = msgs["big"]
+    out = tmp_path / "p.out"
+    try:
+        p = subprocess.Popen([CLIENT, "--socket", da.sock, "--socket", db.sock, "-v", "-o", str(out), str(f)],
+                             stderr=subprocess.PIPE)
+        kill_mid_message(da, out, len(plain), p)
+        assert p.wait(120) == 0, p.stderr.read()
+        assert out.read_bytes() == plain
+        assert served(db) == 1
+    finally:
+        db.stop()
+        da.stop()
+
+
+def test_pipe_input_sent_again(world, msgs, tmp_path):
+    """A message read from a pipe is copied first, so it too goes again to
+    the second daemon when the first dies in the middle."""
+    da, db = two(world, tmp_path)
+    f, plain = msgs["big"]
+    out = tmp_path / "pipe.out"
+    try:
+        cat = subprocess.Popen(["cat", str(f)], stdout=subprocess.PIPE)
+        p = subprocess.Popen([CLIENT, "--socket", da.sock, "--socket", db.sock, "-o", str(out)],
+                             stdin=cat.stdout, stderr=subprocess.PIPE)
+        cat.stdout.close()
+        kill_mid_message(da, out, len(plain), p)
+        assert p.wait(120) == 0, p.stderr.read()
+        assert out.read_bytes() == plain
+        assert served(db) == 1
+    finally:
+        db.stop()
+        da.stop()
+
+
+def test_no_retry_fails_at_once(world, msgs, tmp_path):
+    """--no-retry: the same kill fails the message (75) and nothing goes to
+    the second daemon."""
+    da, db = two(world, tmp_path)
+    f, plain = msgs["big"]
+    out = tmp_path / "n.out"
+    try:
+        p = subprocess.Popen([CLIENT, "--no-retry", "--socket", da.sock, "--socket", db.sock, "-o", str(out), str(f)],
+                             stderr=subprocess.PIPE)
+        kill_mid_message(da, out, len(plain), p)
+        assert p.wait(60) == 75
+        assert not out.exists() and served(db) == 0
+    finally:
+        db.stop()
+        da.stop()
