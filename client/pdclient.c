@@ -94,7 +94,9 @@ struct pdc_conn {
 	size_t n_targets, cur;      /* cur: the target of this connection */
 	bool retry;
 	bool draining;              /* RESULT SHUTTING_DOWN seen: no new request on this connection */
-	bool tls_failed;            /* the last TLS setup or handshake failed: a configuration matter */
+	bool tls_failed;            /* a certificate was refused (by us or by an alert of the server): a
+	                             * configuration matter, not retried; a handshake cut short is
+	                             * (haproxy closing for a dead backend) */
 	struct req *rhead, *rtail;  /* waiting for a new connection, in order */
 	unsigned long resent;
 };
@@ -208,6 +210,10 @@ static ssize_t xrecv(struct pdc_conn *c, uint8_t *p, size_t len)
 		if (n < 0) {
 			snprintf(c->tls_detail, sizeof(c->tls_detail), "TLS: %s", n == GNUTLS_E_FATAL_ALERT_RECEIVED
 			         ? gnutls_alert_get_name(gnutls_alert_get(c->tls)) : gnutls_strerror((int)n));
+			/* TLS 1.3: the daemon refuses our certificate (or its lack) only
+			 * after the handshake, with an alert. */
+			if (n == GNUTLS_E_FATAL_ALERT_RECEIVED)
+				c->tls_failed = true;
 			return -ECONNRESET;
 		}
 		return n;
@@ -419,11 +425,15 @@ static int tls_start(struct pdc_conn *c, const struct pdc_config *cfg, int64_t d
 			               w == -ETIMEDOUT ? "timed out" : strerror(-w));
 	}
 	/* Not EACCES: an untrusted server is a configuration problem to retry after fixing. */
-	if (c->tls_detail[0])
+	if (c->tls_detail[0]) {
+		c->tls_failed = true;
 		return set_err(e, -EKEYREJECTED, 0, "TLS handshake with %s: %s", name, c->tls_detail);
-	if (r == GNUTLS_E_FATAL_ALERT_RECEIVED)
+	}
+	if (r == GNUTLS_E_FATAL_ALERT_RECEIVED) {
+		c->tls_failed = true;
 		return set_err(e, -ECONNREFUSED, 0, "TLS handshake with %s: the server refused it (%s)", name,
 		               gnutls_alert_get_name(gnutls_alert_get(c->tls)));
+	}
 	return set_err(e, -ECONNREFUSED, 0, "TLS handshake with %s failed: %s", name, gnutls_strerror(r));
 }
 
@@ -1362,6 +1372,7 @@ static void transport_close(struct pdc_conn *c)
 	c->verify_name = NULL;
 	c->has_pin = c->has_ca = false;
 	c->tls_detail[0] = 0;
+	c->tls_failed = false;
 	if (c->out) {
 		explicit_bzero(c->out, c->out_cap);
 		free(c->out);
@@ -1393,13 +1404,8 @@ static int transport_open(struct pdc_conn *c, size_t i, int64_t deadline, struct
 		c->fd = r;
 		struct pdc_config tc = c->cfg;
 		tc.host = t->host;
-		c->tls_failed = false;
-		if (!c->cfg.no_tls && (r = tls_start(c, &tc, deadline, e)) < 0) {
-			/* Not retried: a certificate, CA, pin or client certificate
-			 * the daemon refuses does not get better by waiting. */
-			c->tls_failed = r != -ETIMEDOUT;
+		if (!c->cfg.no_tls && (r = tls_start(c, &tc, deadline, e)) < 0)
 			return r;
-		}
 	} else {
 		r = connect_unix(t->socket_path, deadline, e);
 		if (r < 0)
@@ -1409,12 +1415,7 @@ static int transport_open(struct pdc_conn *c, size_t i, int64_t deadline, struct
 		if (fl < 0 || fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) < 0)
 			return set_err(e, -errno, 0, "fcntl: %s", strerror(errno));
 	}
-	r = handshake(c, &c->cfg, deadline, e);
-	/* A TLS alert after the handshake (TLS 1.3: the daemon refuses our
-	 * certificate, or the lack of one, only then) is no restart either. */
-	if (r < 0 && c->tls && c->tls_detail[0])
-		c->tls_failed = true;
-	return r;
+	return handshake(c, &c->cfg, deadline, e);
 }
 
 /* A Unix socket missing from a directory that exists is a daemon not
