@@ -25,12 +25,16 @@ T0=$(date +%s)
 # README.md and debian/control.
 PKGS_BUILD="meson ninja-build pkg-config gcc libc6-dev libgcrypt20-dev libgpg-error-dev
  libssl-dev zlib1g-dev libbz2-dev libcmocka-dev libuv1-dev libgnutls28-dev libsystemd-dev
- libinih-dev libgmime-3.0-dev libmilter-dev"
+ libinih-dev libgmime-3.0-dev libmilter-dev libmicrohttpd-dev"
 # postfix and swaks: tests/integration/test_postfix_real.py runs a private
 # Postfix instance on loopback (tests/integration/postfix_harness.py);
-# haproxy: tests/integration/test_haproxy.py runs contrib/haproxy/haproxy.cfg
+# haproxy: tests/integration/test_haproxy.py runs contrib/haproxy/haproxy.cfg;
+# prometheus (and its promtool) and prometheus-node-exporter:
+# tests/integration/test_metrics.py scrapes the daemon's /metrics and the
+# textfile collector's output with the real servers
 PKGS_TEST="python3 python3-pytest python3-cryptography gnupg sq rnp sqop gosop gnutls-bin
- systemd scdoc man-db groff-base lintian debhelper devscripts postfix swaks time haproxy"
+ systemd scdoc man-db groff-base lintian debhelper devscripts postfix swaks time haproxy
+ prometheus prometheus-node-exporter"
 # contrib/fuzz.sh: clang, and libFuzzer's runtime (libclang_rt.fuzzer, in
 # libclang-rt-14-dev on Debian 12)
 PKGS_FUZZ="clang libclang-rt-14-dev"

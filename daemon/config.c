@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "pd-config.h"
+#include "addr.h"
 #include "config.h"
 #include "log.h"
 #include "units.h"
@@ -77,6 +78,8 @@ static const struct opt opts[] = {
 	{ "tls-pin", 0, T_LIST, O(tls_pins), "SHA256", "accept only client certificates with this hex SHA-256 (repeatable)" },
 	{ "tls-min-version", 0, T_STR, O(tls_min_version), "1.2|1.3", "oldest TLS version (default 1.3)" },
 	{ "tls-handshake-timeout", 0, T_MS, O(tls_handshake_timeout_ms), "TIME", "close connections not through the TLS handshake by then (default 10s)" },
+	{ "metrics-listen", 0, T_STR, O(metrics_listen), "[HOST:]PORT", "serve GET /metrics (Prometheus) over HTTP there; HOST is numeric, 127.0.0.1 if omitted (default off)" },
+	{ "metrics-allow-remote", 0, T_BOOL, O(metrics_allow_remote), "BOOL", "let metrics-listen be a non-loopback address (default no)" },
 };
 #undef O
 
@@ -355,6 +358,17 @@ static int check(struct pd_config *c, char *err, size_t errlen)
 				return fail(err, errlen, "tls-pin %s: not hex", c->tls_pins.v[i]);
 		if (n != 64)
 			return fail(err, errlen, "tls-pin %s: want 64 hex digits (SHA-256)", c->tls_pins.v[i]);
+	}
+	if (c->metrics_listen && *c->metrics_listen) {
+		if (pd_addr_parse(c->metrics_listen, &c->metrics_addr, &c->metrics_addr_len) < 0)
+			return fail(err, errlen, "metrics-listen %s: want PORT, IPV4:PORT or [IPV6]:PORT (numeric, "
+			            "port 1-65535)", c->metrics_listen);
+		/* Plain HTTP without authentication: elsewhere than loopback only
+		 * when the operator says so. */
+		if (!c->metrics_allow_remote && !pd_addr_is_loopback((const struct sockaddr *)&c->metrics_addr))
+			return fail(err, errlen, "metrics-listen %s: not a loopback address; the endpoint has no TLS "
+			            "and no authentication: set metrics-allow-remote = yes to serve it there",
+			            c->metrics_listen);
 	}
 	return 0;
 }

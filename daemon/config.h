@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #define PD_TLS_MAX_PINS 64 /* more tls-pin values are a configuration error */
@@ -90,6 +91,12 @@ struct pd_config {
 	struct pd_strv tls_pins;    /* hex SHA-256 of client certificates (DER) */
 	char *tls_min_version;      /* "1.2" or "1.3" */
 	uint64_t tls_handshake_timeout_ms;
+
+	/* the HTTP /metrics endpoint (metrics.h) */
+	char *metrics_listen;       /* NULL or "": off */
+	bool metrics_allow_remote;  /* a non-loopback metrics-listen address */
+	struct sockaddr_storage metrics_addr; /* metrics_listen parsed; valid when metrics_addr_len */
+	socklen_t metrics_addr_len;
 };
 
 /** Build a config from defaults, the --config file and argv.  On failure a

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "pd-config.h"
+#include "addr.h"
 #include "config.h"
 #include "daemon.h"
 #include "listen.h"
@@ -62,20 +63,6 @@ static void on_connection(uv_stream_t *server, int status)
 		return;
 	}
 	pd_session_start(s, ls->name);
-}
-
-static bool is_loopback(const struct sockaddr *sa)
-{
-	if (sa->sa_family == AF_INET)
-		return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
-	if (sa->sa_family == AF_INET6) {
-		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-		if (IN6_IS_ADDR_LOOPBACK(a))
-			return true;
-		if (IN6_IS_ADDR_V4MAPPED(a))
-			return a->s6_addr[12] == 127;
-	}
-	return false;
 }
 
 static struct pd_listener *listeners;
@@ -198,7 +185,7 @@ static int check_tcp(const struct pd_config *c, struct pd_listener *ls, const st
 		snprintf(err, errlen, "listen %s: plain TCP needs allow-plain-tcp (or configure TLS)", ls->name);
 		return -EPERM;
 	}
-	if (!is_loopback(sa)) {
+	if (!pd_addr_is_loopback(sa)) {
 		snprintf(err, errlen, "listen %s: plain TCP is allowed on loopback addresses only", ls->name);
 		return -EPERM;
 	}

@@ -24,6 +24,7 @@
 #include "keys.h"
 #include "listen.h"
 #include "log.h"
+#include "metrics.h"
 #include "notify.h"
 #include "pgpdec.h"
 #include "pool.h"
@@ -66,6 +67,7 @@ static void finish(void)
 	m.exiting = true;
 	pd_log_info("SYS", "stopped");
 	pd_notify_deinit();
+	pd_metrics_stop();
 	pd_sessions_close_all(); /* refused ones still lingering for their peer's EOF */
 	pd_sessions_deinit();
 	if (m.drain_timer_on) {
@@ -107,6 +109,7 @@ static void stop(int signum)
 	            strsignal(signum), pd_adm_slots(), pd_sessions_count());
 	pd_notify_stopping();
 	pd_listeners_stop();
+	pd_metrics_stop();
 	if (uv_timer_init(pd_d.loop, &m.drain_timer) == 0) {
 		m.drain_timer_on = true;
 		uv_timer_start(&m.drain_timer, on_drain_timeout, pd_d.cfg->drain_timeout_ms, 0);
@@ -152,6 +155,8 @@ static bool strv_eq(const struct pd_strv *a, const struct pd_strv *b)
 	return true;
 }
 
+static bool str_eq(const char *a, const char *b) { return !strcmp(a ? a : "", b ? b : ""); }
+
 static void start_reload(void);
 
 static void reload_done(uv_async_t *h)
@@ -163,8 +168,9 @@ static void reload_done(uv_async_t *h)
 	if (m.reload_err == 0) {
 		struct pd_config *old = pd_d.cfg;
 		if (!strv_eq(&old->listen, &m.new_cfg->listen) || old->workers != m.new_cfg->workers ||
-		    old->secmem_size != m.new_cfg->secmem_size)
-			pd_log_warn("SYS", "reload: listen, workers and secmem-size take effect at restart only");
+		    old->secmem_size != m.new_cfg->secmem_size || !str_eq(old->metrics_listen, m.new_cfg->metrics_listen) ||
+		    old->metrics_allow_remote != m.new_cfg->metrics_allow_remote)
+			pd_log_warn("SYS", "reload: listen, workers, secmem-size and metrics-listen take effect at restart only");
 		pd_d.cfg = m.new_cfg;
 		pd_config_free(old);
 		pd_keyset_unref(pd_d.keys);
@@ -311,10 +317,16 @@ int main(int argc, char **argv)
 	uv_signal_start(&m.sig_term, on_signal, SIGTERM);
 	uv_signal_start(&m.sig_int, on_signal, SIGINT);
 	r = pd_sessions_init(pd_d.loop);
+	/* The metrics port first: with metrics-listen set, a second daemon
+	 * started with the same config fails there before it touches any
+	 * socket file. */
+	if (r == 0)
+		r = pd_metrics_start(pd_d.loop, pd_d.cfg, err, sizeof(err));
 	if (r == 0)
 		r = pd_listeners_start(pd_d.loop, pd_d.cfg, err, sizeof(err));
 	if (r < 0) {
 		pd_log_err("NET", "%s", *err ? err : uv_strerror(r));
+		pd_metrics_stop();
 		pd_listeners_stop();
 		pd_sessions_deinit();
 		pd_pool_stop(pd_d.pool);

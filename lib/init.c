@@ -19,6 +19,13 @@ void pd_secure_heap(size_t *ret_size, size_t *ret_used)
 	*ret_used = secure_heap_size ? CRYPTO_secure_used() : 0;
 }
 
+void pd_lib_versions(const char **ret_gcrypt, const char **ret_openssl)
+{
+	const char *g = gcry_check_version(NULL);
+	*ret_gcrypt = g ? g : "unknown";
+	*ret_openssl = OpenSSL_version(OPENSSL_VERSION_STRING);
+}
+
 int pd_lib_init(size_t secmem_bytes)
 {
 	if (!secmem_bytes)

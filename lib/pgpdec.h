@@ -69,6 +69,9 @@ PD_API void pd_lib_deinit(void);
  * of split operations): its size as pd_lib_init set it up (0: none, such
  * memory then comes from the normal heap) and the bytes in use. */
 PD_API void pd_secure_heap(size_t *ret_size, size_t *ret_used);
+/** Run-time versions of libgcrypt and OpenSSL libcrypto (for build-info
+ * reports; static strings, never NULL). */
+PD_API void pd_lib_versions(const char **ret_gcrypt, const char **ret_openssl);
 
 /* --------------------------------------------------------------------- */
 /* Limits: every cost a sender chooses is capped. */
@@ -145,6 +148,8 @@ PD_API int pd_keyring_add(struct pd_keyring *kr, const uint8_t *data, size_t len
                           const char *pass, size_t passlen, char *detail, size_t detail_len);
 /** Number of decryption-capable secret (sub)keys held. */
 PD_API size_t pd_keyring_count(const struct pd_keyring *kr);
+/** The RSA backend its keys use (PD_RSA_DEFAULT resolved at pd_keyring_new). */
+PD_API enum pd_rsa_backend pd_keyring_backend(const struct pd_keyring *kr);
 
 struct pd_keyinfo { /* public, by value */
 	uint8_t version;       /* 4 or 6 */

@@ -1079,6 +1079,8 @@ out:
 	return r;
 }
 
+enum pd_rsa_backend pd_keyring_backend(const struct pd_keyring *kr) { return kr->backend; }
+
 size_t pd_keyring_count(const struct pd_keyring *kr)
 {
 	return kr ? kr->n : 0;

@@ -22,6 +22,7 @@
  * tests/fuzz/corpus/config/ as a meson test.
  */
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +110,24 @@ static void check_config(const struct pd_config *c)
 	CHECK(c->allow_gids.n == c->allow_groups.n);
 	CHECK((c->socket_owner != NULL) == (c->socket_uid != (uid_t)-1));
 	CHECK((c->socket_group != NULL) == (c->socket_gid != (gid_t)-1));
+	/* metrics-listen: parsed whenever set, a port, and loopback unless
+	 * metrics-allow-remote (checked here without addr.c's own test) */
+	CHECK((c->metrics_listen && *c->metrics_listen) == (c->metrics_addr_len != 0));
+	if (c->metrics_addr_len) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)&c->metrics_addr;
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&c->metrics_addr;
+		static const uint8_t one[16] = { [15] = 1 }, mapped[12] = { [10] = 0xff, [11] = 0xff };
+		bool loop;
+		if (in->sin_family == AF_INET) {
+			CHECK(c->metrics_addr_len == sizeof(*in) && in->sin_port);
+			loop = ((const uint8_t *)&in->sin_addr)[0] == 127;
+		} else {
+			CHECK(in6->sin6_family == AF_INET6 && c->metrics_addr_len == sizeof(*in6) && in6->sin6_port);
+			loop = !memcmp(in6->sin6_addr.s6_addr, one, 16) ||
+			       (!memcmp(in6->sin6_addr.s6_addr, mapped, 12) && in6->sin6_addr.s6_addr[12] == 127);
+		}
+		CHECK(loop || c->metrics_allow_remote);
+	}
 }
 
 /* One load, with stdout (--help, --version) sent to /dev/null. */

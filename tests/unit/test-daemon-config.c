@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <netinet/in.h>
 
 #include "config.h"
 #include "log.h"
@@ -120,6 +121,57 @@ static void test_errors(void **state)
 	assert_null(c); /* untouched on failure */
 }
 
+/* metrics-listen: PORT means loopback; numeric addresses only; anything
+ * but loopback needs metrics-allow-remote. */
+static void test_metrics_listen(void **state)
+{
+	struct pd_config *c = NULL;
+	char err[256] = "";
+	const struct sockaddr_in *in;
+	const struct sockaddr_in6 *in6;
+
+	assert_int_equal(LOAD(&c, err, "--listen", "unix:/x", "--key", "k"), 0);
+	assert_int_equal(c->metrics_addr_len, 0); /* off by default */
+	c = pd_config_free(c);
+	assert_int_equal(LOAD(&c, err, "--listen", "unix:/x", "--key", "k", "--metrics-listen", "9469"), 0);
+	in = (const struct sockaddr_in *)&c->metrics_addr;
+	assert_int_equal(c->metrics_addr_len, sizeof(*in));
+	assert_int_equal(in->sin_family, AF_INET);
+	assert_int_equal(ntohl(in->sin_addr.s_addr), INADDR_LOOPBACK);
+	assert_int_equal(ntohs(in->sin_port), 9469);
+	c = pd_config_free(c);
+	assert_int_equal(LOAD(&c, err, "--listen", "unix:/x", "--key", "k", "--metrics-listen", "127.0.0.2:1"), 0);
+	c = pd_config_free(c);
+	assert_int_equal(LOAD(&c, err, "--listen", "unix:/x", "--key", "k", "--metrics-listen", "[::1]:65535"), 0);
+	in6 = (const struct sockaddr_in6 *)&c->metrics_addr;
+	assert_int_equal(in6->sin6_family, AF_INET6);
+	assert_true(IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr));
+	assert_int_equal(ntohs(in6->sin6_port), 65535);
+	c = pd_config_free(c);
+	/* an empty value turns a file's setting off */
+	char *path = write_ini("metrics-listen = 9469\n");
+	assert_int_equal(LOAD(&c, err, "-c", path, "--listen", "unix:/x", "--key", "k", "--metrics-listen", ""), 0);
+	assert_int_equal(c->metrics_addr_len, 0);
+	c = pd_config_free(c);
+	unlink(path);
+	/* non-loopback: only when allowed */
+	expect_error(LOAD(&c, err, "--listen", "unix:/x", "--key", "k", "--metrics-listen", "0.0.0.0:9469"), err,
+	             "metrics-allow-remote = yes");
+	expect_error(LOAD(&c, err, "--listen", "unix:/x", "--key", "k", "--metrics-listen", "[::]:9469"), err,
+	             "not a loopback address");
+	assert_int_equal(LOAD(&c, err, "--listen", "unix:/x", "--key", "k", "--metrics-listen", "192.0.2.1:9469",
+	                      "--metrics-allow-remote"), 0);
+	assert_true(c->metrics_allow_remote);
+	c = pd_config_free(c);
+	static char *bad[] = { "localhost:9469", "0", "65536", "127.0.0.1:", ":9469", "127.0.0.1:0",
+	                       "127.0.0.1:9469x", "[::1]", "[::1:9469", "::1:9469", "1.2.3:80",
+	                       "-1", "127.0.0.1:+80" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		expect_error(LOAD(&c, err, "--listen", "unix:/x", "--key", "k", "--metrics-listen", bad[i]), err,
+		             "want PORT, IPV4:PORT or [IPV6]:PORT");
+	assert_null(c);
+}
+
 static void test_help(void **state)
 {
 	struct pd_config *c = NULL;
@@ -139,6 +191,7 @@ int main(void)
 		cmocka_unit_test(test_flags_and_defaults),
 		cmocka_unit_test(test_file_then_flags),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_metrics_listen),
 		cmocka_unit_test(test_help),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
