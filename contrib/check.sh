@@ -12,7 +12,8 @@
 #   5. prints a summary.  Exit status: 0 only if everything passed.
 #
 # Environment: JOBS (default 2), PD_CHECK_SKIP_ASAN=1 to skip step 3,
-# PD_CHECK_SKIP_FUZZ=1 to skip step 4, PD_CHECK_FUZZ_SECONDS (default 60),
+# PD_CHECK_SKIP_FUZZ=1 to skip step 4, PD_CHECK_SKIP_SOAK=1 to skip the
+# 60-second soak after step 2, PD_CHECK_FUZZ_SECONDS (default 60),
 # PD_CHECK_NO_INSTALL=1 to skip step 1.
 set -eu
 
@@ -33,7 +34,7 @@ PKGS_BUILD="meson ninja-build pkg-config gcc libc6-dev libgcrypt20-dev libgpg-er
 # tests/integration/test_metrics.py scrapes the daemon's /metrics and the
 # textfile collector's output with the real servers
 PKGS_TEST="python3 python3-pytest python3-cryptography gnupg sq rnp sqop gosop gnutls-bin
- systemd scdoc man-db groff-base lintian debhelper devscripts postfix swaks time haproxy
+ systemd scdoc man-db groff-base lintian debhelper devscripts postfix swaks time haproxy gnuplot-nox
  prometheus prometheus-node-exporter"
 # contrib/fuzz.sh: clang, and libFuzzer's runtime (libclang_rt.fuzzer, in
 # libclang-rt-14-dev on Debian 12)
@@ -126,9 +127,28 @@ if build_and_test build; then r1=PASS; else r1=FAIL; status=1; fi
 T2=$(date +%s)
 w1=$(grep -c 'warning:' build/meson-logs/build-check.log 2>/dev/null || true)
 
+# contrib/soak.sh for 60 s on the release build: mixed load at 200 in
+# flight, SIGHUP every 10 s, kill -9 and restart under socket activation at
+# 30 s; it asserts no wrong plaintext, nothing lost, RSS and fds flat.
+rs=SKIPPED
+Ts0=$(date +%s)
+Ts1=$Ts0
+if [ "${PD_CHECK_SKIP_SOAK:-0}" != 1 ] && [ "$r1" = PASS ]; then
+	say "soak (contrib/soak.sh, 60 s, build/)"
+	rm -rf build/soak
+	if PD_BUILD_DIR=build contrib/soak.sh --seconds 60 --kill 30 --reload 10 --interval 10 --out build/soak; then
+		rs=PASS
+	else
+		rs=FAIL
+		status=1
+	fi
+	Ts1=$(date +%s)
+fi
+
 r2=SKIPPED
 w2=0
-T3=$T2
+Ta=$(date +%s)
+T3=$Ta
 if [ "${PD_CHECK_SKIP_ASAN:-0}" != 1 ]; then
 	say "build-asan/ (address,undefined sanitizers, all suites)"
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
@@ -167,8 +187,9 @@ if [ -f build/interop-matrix.txt ]; then
 	sed 's/^/  /' build/interop-matrix.txt
 fi
 printf 'build/       %-28s %s; %s compiler warnings; %ss\n' "$r1" "$(count_results build)" "$w1" $((T2 - T1))
+printf 'soak         %-28s %ss (table and plot in build/soak/)\n' "$rs" $((Ts1 - Ts0))
 if [ "$r2" != SKIPPED ]; then
-	printf 'build-asan/  %-28s %s; %s compiler warnings; %ss\n' "$r2" "$(count_results build-asan)" "$w2" $((T3 - T2))
+	printf 'build-asan/  %-28s %s; %s compiler warnings; %ss\n' "$r2" "$(count_results build-asan)" "$w2" $((T3 - Ta))
 fi
 if [ "$r3" != SKIPPED ]; then
 	printf 'build-libfuzzer/ %-24s %ss; per target:\n' "$r3" $((T4 - T3))
