@@ -71,6 +71,3 @@ PD_HIDDEN int pd_fail(char *buf, size_t len, int err, const char *fmt, ...)
 
 /** Hex-encode n bytes into out (2n+1 bytes). */
 PD_HIDDEN void pd_hex(char *out, const uint8_t *in, size_t n);
-
-/** Test hook: use a known session key (as `gpg --show-session-key` prints). */
-PD_HIDDEN int pd__msg_set_session_key(struct pd_msg *m, uint8_t algo, const uint8_t *key, size_t len);

@@ -1177,14 +1177,41 @@ int pd_msg_set_password(struct pd_msg *m, const char *pw, size_t len)
 	return 0;
 }
 
-int pd__msg_set_session_key(struct pd_msg *m, uint8_t algo, const uint8_t *key, size_t len)
+/* The caller's own key, not the message's octets: what is wrong with it
+ * may be said at once.  Once set, the message never asks for a key. */
+int pd_msg_set_session_key(struct pd_msg *m, uint8_t algo, const uint8_t *key, size_t len)
 {
-	if (len > sizeof(m->sk->key) || m->have_key)
+	if (m->err)
+		return m->err;
+	if (m->have_key)
 		return PD_EUSAGE;
+	size_t want = pd_sym_keylen(algo);
+	if (!want)
+		return PD_EUNSUPPORTED;
+	if (len != want || len > sizeof(m->sk->key))
+		return -EINVAL;
 	m->sk->algo = algo;
 	m->sk->len = (uint8_t)len;
 	memcpy(m->sk->key, key, len);
 	m->have_key = true;
+	return 0;
+}
+
+/* Only a message that authenticated gives its key out: a failed one (its
+ * key a trial's pseudo-random one, or the random key a CFB container that
+ * could not start got) must not show what the trials decided. */
+int pd_msg_session_key(const struct pd_msg *m, uint8_t *ret_algo, uint8_t *key, size_t cap, size_t *ret_len)
+{
+	enum pd_integrity in = m->info.integrity;
+	if (m->err || !m->done || !m->have_key || (in != PD_INTEGRITY_MDC && in != PD_INTEGRITY_AEAD))
+		return PD_EUSAGE;
+	if (cap < m->sk->len)
+		return -ENOSPC;
+	/* An AEAD container's cipher is its header's (a v6 PKESK or v5/v6
+	 * SKESK key carries none); the header is authenticated with the data. */
+	*ret_algo = in == PD_INTEGRITY_AEAD ? m->info.sym_algo : m->sk->algo;
+	memcpy(key, m->sk->key, m->sk->len);
+	*ret_len = m->sk->len;
 	return 0;
 }
 

@@ -306,6 +306,33 @@ PD_API int pd_msg_recover_key(struct pd_msg *m, const struct pd_keyring *kr, str
 PD_API void pd_msg_set_keyring(struct pd_msg *m, const struct pd_keyring *kr);
 /** Supply a password for SKESK packets (before pd_msg_recover_key()). */
 PD_API int pd_msg_set_password(struct pd_msg *m, const char *pw, size_t len);
+
+/* Session keys: one message opened without the private key (an auditor
+ * discloses a single message), or its key disclosed once it verified.
+ * Inside the engine the key lives in secure memory and is wiped with the
+ * message; octets handed to or taken from the caller are the caller's to
+ * protect and wipe.  The text form "ALGO:HEX" that gpg and SOP use is the
+ * caller's business: these calls take and give the algorithm id and the
+ * key octets. */
+#define PD_SESSION_KEY_MAX 32
+/** Decrypt with this session key instead of recovering one (no private-key
+ * operation, no password): set it before the message asks for a key, and
+ * PD_STEP_NEED_KEY never comes.  algo is the OpenPGP symmetric algorithm
+ * id (for SEIPD v2 and OCB containers the one their header names), len its
+ * key length.  0, or PD_EUNSUPPORTED (algorithm unknown), -EINVAL (length
+ * wrong for it), PD_EUSAGE (a key is already set or recovered).  A wrong
+ * key ends as PD_EINTEGRITY, as any wrong key does; pd_msg_info() then has
+ * pk_algo 0 and no key fingerprint. */
+PD_API int pd_msg_set_session_key(struct pd_msg *m, uint8_t algo, const uint8_t *key, size_t len);
+/** The session key of a message that verified: only after PD_STEP_DONE
+ * with integrity MDC or AEAD, its algorithm (for SEIPD v2 and OCB the
+ * cipher of the authenticated header) in *ret_algo and *ret_len octets in
+ * key (cap PD_SESSION_KEY_MAX is always enough).  PD_EUSAGE in every other
+ * case: before the end, after any failure, for SED (no integrity): nothing
+ * is given out about a message that did not authenticate.  -ENOSPC when
+ * cap is too small. */
+PD_API int pd_msg_session_key(const struct pd_msg *m, uint8_t *ret_algo, uint8_t *key, size_t cap,
+                              size_t *ret_len);
 /** Let the caller give up on a message from another thread: while *flag
  * (read with an atomic load) is nonzero, the next costly step (a round of
  * pd_msg_step(), a key derivation, a private-key trial) does not start and

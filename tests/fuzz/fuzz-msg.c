@@ -222,7 +222,7 @@ static int run(const uint8_t *data, size_t size, enum forgery forge)
 		}
 		if (st == PD_STEP_NEED_KEY) {
 			if (inner) { /* the test hook stands in for a PKESK */
-				CHECK(pd__msg_set_session_key(m, 7, sk, sizeof(sk)) == 0);
+				CHECK(pd_msg_set_session_key(m, 7, sk, sizeof(sk)) == 0);
 				continue;
 			}
 			st = pd_msg_recover_key(m, kr, wk);

@@ -61,6 +61,12 @@ struct result {
 	bool saw_meta;
 	struct pd_msginfo info;
 	char detail[512];
+	/* pd_msg_session_key() at the end, and whether it gave anything out
+	 * before the message was done */
+	int sk_rc;
+	uint8_t sk_algo, sk[PD_SESSION_KEY_MAX];
+	size_t sk_len;
+	bool sk_early;
 };
 
 /* Decrypt msg (len) with the given session key, input in slices of `slice`,
@@ -86,6 +92,9 @@ static struct result run(const uint8_t *msg, size_t len, uint8_t algo, const uin
 			res.rc = r;
 			break;
 		}
+		if (r != PD_STEP_DONE && pd_msg_session_key(m, &res.sk_algo, res.sk, sizeof(res.sk), &res.sk_len) !=
+		    PD_EUSAGE)
+			res.sk_early = true;
 		if (r == PD_STEP_NEED_INPUT) {
 			if (pos == len) {
 				pd_msg_close_input(m);
@@ -104,7 +113,7 @@ static struct result run(const uint8_t *msg, size_t len, uint8_t algo, const uin
 				}
 				continue;
 			}
-			assert_int_equal(pd__msg_set_session_key(m, algo, key, klen), 0);
+			assert_int_equal(pd_msg_set_session_key(m, algo, key, klen), 0);
 		} else if (r == PD_STEP_METADATA) {
 			res.saw_meta = true;
 		} else if (r == PD_STEP_OUTPUT) {
@@ -120,6 +129,7 @@ static struct result run(const uint8_t *msg, size_t len, uint8_t algo, const uin
 	}
 	res.info = *pd_msg_info(m);
 	snprintf(res.detail, sizeof(res.detail), "%s", pd_msg_detail(m));
+	res.sk_rc = pd_msg_session_key(m, &res.sk_algo, res.sk, sizeof(res.sk), &res.sk_len);
 	pd_msg_free(m, NULL);
 	free(buf);
 	return res;
@@ -320,6 +330,87 @@ static void test_passwords(void **state)
 	}
 }
 
+/* Session keys in and out: a verified message gives its key (the one
+ * gpg printed; for AEAD containers with the header's cipher), which opens
+ * it again without the password; a tampered message or a wrong key gives
+ * nothing, and nothing comes out before the end. */
+static void test_session_key(void **state)
+{
+	(void)state;
+	uint8_t *msg, algo, key[32];
+	size_t mlen, klen;
+
+	for (size_t f = 0; f < PD_ARRAY_SIZE(fixtures); f++) {
+		load(fixtures[f], &msg, &mlen, &algo, key, &klen);
+		struct result r = run(msg, mlen, algo, key, klen, 4096, 65536, NULL);
+		assert_int_equal(r.rc, 0);
+		assert_false(r.sk_early);
+		assert_int_equal(r.sk_rc, 0);
+		assert_int_equal(r.sk_algo, algo);
+		assert_int_equal(r.sk_len, klen);
+		assert_memory_equal(r.sk, key, klen);
+		free(r.out);
+		msg[mlen - 3] ^= 1; /* inside the MDC */
+		r = run(msg, mlen, algo, key, klen, 4096, 65536, NULL);
+		assert_int_equal(r.rc, PD_EINTEGRITY);
+		assert_int_equal(r.sk_rc, PD_EUSAGE);
+		assert_false(r.sk_early);
+		free(r.out);
+		free(msg);
+	}
+
+	static const struct { const char *file, *pw; } v[] = {
+		{ "msg/aes256-partial.gpg", "test" },                  /* SKESK v4, SEIPD v1 */
+		{ "aead/a09-skesk6-aead-eax-message.pgp", "password" }, /* SKESK v6, SEIPD v2 */
+		{ "aead/a11-skesk6-aead-gcm-message.pgp", "password" },
+		{ "aead/librepgp-a3.pgp", "password" },                 /* SKESK v5, OCB packet */
+	};
+	for (size_t i = 0; i < PD_ARRAY_SIZE(v); i++) {
+		char path[512];
+		snprintf(path, sizeof(path), "%s/%s", PD_TEST_DATA, v[i].file);
+		msg = slurp_path(path, &mlen);
+		password = v[i].pw;
+		struct result a = run(msg, mlen, 0, NULL, 0, 4096, 65536, NULL);
+		password = NULL;
+		assert_int_equal(a.rc, 0);
+		assert_int_equal(a.sk_rc, 0);
+		assert_false(a.sk_early);
+		assert_int_equal(a.sk_algo, a.info.sym_algo);
+		assert_true(a.sk_len > 0);
+		struct result b = run(msg, mlen, a.sk_algo, a.sk, a.sk_len, 7, 100, NULL);
+		if (b.rc != 0)
+			fail_msg("%s with its own session key: %s: %s", v[i].file, pd_errname(b.rc), b.detail);
+		assert_int_equal(b.outlen, a.outlen);
+		assert_memory_equal(b.out, a.out, a.outlen);
+		assert_int_equal(b.sk_rc, 0);
+		assert_memory_equal(b.sk, a.sk, a.sk_len);
+		free(b.out);
+		a.sk[0] ^= 0x80; /* a wrong key: the integrity check fails, nothing given out */
+		b = run(msg, mlen, a.sk_algo, a.sk, a.sk_len, 4096, 65536, NULL);
+		assert_int_equal(b.rc, PD_EINTEGRITY);
+		assert_int_equal(b.sk_rc, PD_EUSAGE);
+		assert_false(b.sk_early);
+		free(b.out);
+		free(a.out);
+		free(msg);
+	}
+
+	/* what the caller gives is checked at once */
+	struct pd_msg *m;
+	uint8_t k[32] = { 1 };
+	assert_int_equal(pd_msg_new(&m, NULL), 0);
+	assert_int_equal(pd_msg_set_session_key(m, 0, k, 16), PD_EUNSUPPORTED);
+	assert_int_equal(pd_msg_set_session_key(m, 99, k, 16), PD_EUNSUPPORTED);
+	assert_int_equal(pd_msg_set_session_key(m, 9, k, 16), -EINVAL);
+	assert_int_equal(pd_msg_set_session_key(m, 7, k, 32), -EINVAL);
+	assert_int_equal(pd_msg_set_session_key(m, 9, k, 32), 0);
+	assert_int_equal(pd_msg_set_session_key(m, 9, k, 32), PD_EUSAGE);
+	uint8_t oa;
+	size_t ol;
+	assert_int_equal(pd_msg_session_key(m, &oa, k, sizeof(k), &ol), PD_EUSAGE);
+	pd_msg_free(m, NULL);
+}
+
 /* The memory budget: every fixture within a roomy one gives it all back;
  * a bzip2 layer (3.7 MB of state) does not fit a small one: -ENOMEM once
  * the MDC verified, the fixed integrity failure when it does not (the
@@ -371,6 +462,7 @@ int main(void)
 		cmocka_unit_test(test_garbage),
 		cmocka_unit_test(test_passwords),
 		cmocka_unit_test(test_budget),
+		cmocka_unit_test(test_session_key),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
