@@ -900,7 +900,11 @@ static int run_deepest(struct pd_msg *m, uint8_t *out, size_t cap, size_t *ret_l
 		case L_NEED_KEY:
 			if (!m->have_key)
 				return PD_STEP_NEED_KEY;
-			return fail(m, PD_EINTERNAL, "key set but container not started");
+			/* A session key given before the container header arrived
+			 * (pd_msg_set_session_key()): pd_msg_step() starts the
+			 * container on its next round. */
+			*progress = true;
+			return 0;
 		case L_XFORM:
 		case L_XFORM_DONE:
 			return fail(m, PD_EINTERNAL, "deepest layer is a transform");

@@ -73,6 +73,7 @@ struct result {
  * output through a buffer of `cap` octets. */
 static const char *password; /* when set, run() recovers the key from SKESKs */
 static struct pd_budget *budget; /* when set, run() draws the message's memory from it */
+static bool key_first; /* when set, run() gives the session key before the first step */
 
 static struct result run(const uint8_t *msg, size_t len, uint8_t algo, const uint8_t *key, size_t klen,
                          size_t slice, size_t cap, const struct pd_limits *lim)
@@ -85,6 +86,8 @@ static struct result run(const uint8_t *msg, size_t len, uint8_t algo, const uin
 	assert_int_equal(pd_msg_new(&m, lim), 0);
 	if (budget)
 		assert_int_equal(pd_msg_set_budget(m, budget), 0);
+	if (key_first)
+		assert_int_equal(pd_msg_set_session_key(m, algo, key, klen), 0);
 	for (;;) {
 		size_t n = 0;
 		int r = pd_msg_step(m, NULL, buf, cap, &n);
@@ -348,6 +351,16 @@ static void test_session_key(void **state)
 		assert_int_equal(r.sk_rc, 0);
 		assert_int_equal(r.sk_algo, algo);
 		assert_int_equal(r.sk_len, klen);
+		assert_memory_equal(r.sk, key, klen);
+		free(r.out);
+		/* given before the message asked for it, as a caller that has
+		 * it from the start does (the message never asks then) */
+		key_first = true;
+		r = run(msg, mlen, algo, key, klen, 1, 100, NULL);
+		key_first = false;
+		if (r.rc != 0)
+			fail_msg("%s, session key given first: %s: %s", fixtures[f], pd_errname(r.rc), r.detail);
+		assert_int_equal(r.sk_rc, 0);
 		assert_memory_equal(r.sk, key, klen);
 		free(r.out);
 		msg[mlen - 3] ^= 1; /* inside the MDC */
