@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "drive.h"
 #include "readfile.h"
 #include "pgpdec.h"
 
@@ -288,35 +289,7 @@ static int open_output(const char *out, int *ret_fd, char **ret_tmp)
 	return 0;
 }
 
-/* ---- the decryption loop ---------------------------------------------- */
-
-/* Where ciphertext comes from: a file descriptor, or a memory buffer
- * (--bench).  Either way it is handed to the engine `slice` bytes at a time. */
-struct source {
-	int fd;
-	const uint8_t *mem;
-	size_t mem_len, mem_off;
-};
-
-/* Next slice: at most n bytes, in *ret_p.  A memory source hands out its
- * own bytes (no copy: --bench measures the engine, not the driver). */
-static ssize_t source_read(struct source *s, uint8_t *buf, size_t n, const uint8_t **ret_p)
-{
-	*ret_p = buf;
-	if (s->mem) {
-		size_t k = s->mem_len - s->mem_off;
-		if (k > n)
-			k = n;
-		*ret_p = s->mem + s->mem_off;
-		s->mem_off += k;
-		return (ssize_t)k;
-	}
-	for (;;) {
-		ssize_t k = read(s->fd, buf, n);
-		if (k >= 0 || errno != EINTR)
-			return k < 0 ? -errno : k;
-	}
-}
+/* ---- the decryption loop (drive.c) ------------------------------------ */
 
 static int write_all(int fd, const uint8_t *p, size_t n)
 {
@@ -333,10 +306,35 @@ static int write_all(int fd, const uint8_t *p, size_t n)
 	return 0;
 }
 
-/* Decrypt one message.  out_fd < 0 discards the plaintext (--bench).
- * Returns 0 or a negative error; *ret_detail then describes it. */
+struct run_ctx {
+	struct pd_keyring *kr;
+	const char *password;
+	size_t password_len;
+	int out_fd; /* < 0: the plaintext is discarded (--bench) */
+};
+
+static int on_key(void *ctx, struct pd_msg *m, struct pd_worker *w)
+{
+	struct run_ctx *c = ctx;
+	if (c->password) {
+		int r = pd_msg_set_password(m, c->password, c->password_len);
+		if (r < 0)
+			return r;
+	}
+	return pd_msg_recover_key(m, c->kr, w);
+}
+
+static int on_output(void *ctx, const uint8_t *p, size_t n)
+{
+	struct run_ctx *c = ctx;
+	return c->out_fd >= 0 ? write_all(c->out_fd, p, n) : 0;
+}
+
+/* Decrypt one message from src (fd or memory).  out_fd < 0 discards the
+ * plaintext (--bench).  Returns 0 or a negative error; *ret_detail then
+ * describes it. */
 static int decrypt(const struct opts *o, struct pd_keyring *kr, struct pd_worker *w,
-                   const char *password, size_t password_len, struct source *src, int out_fd,
+                   const char *password, size_t password_len, struct pd_drive *src, int out_fd,
                    bool print_meta, uint64_t *ret_out, char *detail, size_t detail_len)
 {
 	struct pd_msg *m = NULL;
@@ -348,10 +346,7 @@ static int decrypt(const struct opts *o, struct pd_keyring *kr, struct pd_worker
 		in = malloc(o->slice);
 	if (!out)
 		out = malloc(OUTBUF);
-	size_t in_len = 0, in_off = 0, out_hw = 0;
-	const uint8_t *inp = NULL;
-	bool closed = false;
-	unsigned stalls = 0;
+	struct run_ctx c = { kr, password, password_len, out_fd };
 	int r;
 
 	detail[0] = 0;
@@ -363,96 +358,15 @@ static int decrypt(const struct opts *o, struct pd_keyring *kr, struct pd_worker
 	if (r < 0)
 		goto out;
 	pd_msg_set_keyring(m, kr);
-	for (;;) {
-		size_t n = 0;
-		r = pd_msg_step(m, w, out, OUTBUF, &n);
-		if (r < 0) {
-			snprintf(detail, detail_len, "%s", pd_msg_detail(m));
-			goto out;
-		}
-		switch (r) {
-		case PD_STEP_NEED_INPUT:
-			if (in_off == in_len && !closed) {
-				ssize_t k = source_read(src, in, o->slice, &inp);
-				if (k < 0) {
-					r = (int)k;
-					snprintf(detail, detail_len, "reading input: %s", strerror((int)-k));
-					goto out;
-				}
-				in_len = (size_t)k;
-				in_off = 0;
-				if (k == 0) {
-					r = pd_msg_close_input(m);
-					if (r < 0) {
-						snprintf(detail, detail_len, "%s", pd_msg_detail(m));
-						goto out;
-					}
-					closed = true;
-					continue;
-				}
-			} else if (closed) {
-				/* The engine must finish or fail once input is closed;
-				 * asking again would loop forever. */
-				r = PD_EINTERNAL;
-				snprintf(detail, detail_len, "engine asked for input after end of input");
-				goto out;
-			}
-			size_t used = 0;
-			r = pd_msg_write(m, inp + in_off, in_len - in_off, &used);
-			if (r < 0) {
-				snprintf(detail, detail_len, "%s", pd_msg_detail(m));
-				goto out;
-			}
-			in_off += used;
-			/* NEED_INPUT with a full buffer, over and over, is an
-			 * engine bug: fail instead of spinning. */
-			stalls = used ? 0 : stalls + 1;
-			if (stalls > 1000) {
-				r = PD_EINTERNAL;
-				snprintf(detail, detail_len, "engine asks for input but accepts none");
-				goto out;
-			}
-			break;
-		case PD_STEP_NEED_KEY:
-			if (password) {
-				r = pd_msg_set_password(m, password, password_len);
-				if (r < 0) {
-					snprintf(detail, detail_len, "%s", pd_msg_detail(m));
-					goto out;
-				}
-			}
-			r = pd_msg_recover_key(m, kr, w);
-			if (r < 0) {
-				snprintf(detail, detail_len, "%s", pd_msg_detail(m));
-				goto out;
-			}
-			break;
-		case PD_STEP_METADATA:
-			break;
-		case PD_STEP_OUTPUT:
-			if (n > OUTBUF) {
-				r = PD_EINTERNAL;
-				snprintf(detail, detail_len, "engine returned more output than room");
-				goto out;
-			}
-			out_hw = n > out_hw ? n : out_hw;
-			if (out_fd >= 0) {
-				r = write_all(out_fd, out, n);
-				if (r < 0) {
-					snprintf(detail, detail_len, "writing output: %s", strerror(-r));
-					goto out;
-				}
-			}
-			break;
-		case PD_STEP_DONE:
-			r = 0;
-			goto out;
-		default:
-			snprintf(detail, detail_len, "unknown step code %d", r);
-			r = PD_EINTERNAL;
-			goto out;
-		}
-	}
+	src->in = in;
+	src->slice = o->slice;
+	src->out = out;
+	src->out_cap = OUTBUF;
+	src->out_hw = 0;
+	src->need_key = on_key;
+	src->output = on_output;
+	src->ctx = &c;
+	r = pd_drive_run(m, w, src, detail, detail_len);
 out:
 	if (ret_out && m)
 		*ret_out = pd_msg_info(m)->bytes_out;
@@ -460,7 +374,7 @@ out:
 		print_info(pd_msg_info(m), r == 0 ? "ok" : pd_errname(r));
 	pd_msg_free(m, w);
 	if (out)
-		explicit_bzero(out, out_hw); /* only what held plaintext: a 4 KiB message wipes 4 KiB */
+		explicit_bzero(out, src->out_hw); /* only what held plaintext: a 4 KiB message wipes 4 KiB */
 	return r;
 }
 
@@ -493,7 +407,7 @@ static int bench(const struct opts *o, struct pd_keyring *kr, struct pd_worker *
 	double t0 = now(), c0 = cpu_now(), t;
 	uint64_t out_total = 0;
 	do {
-		struct source src = { .fd = -1, .mem = data, .mem_len = len };
+		struct pd_drive src = { .fd = -1, .mem = data, .mem_len = len };
 		/* A zero-length buffer still counts as a memory source. */
 		if (!len)
 			src.mem = (const uint8_t *)"";
@@ -723,7 +637,7 @@ int main(int argc, char **argv)
 		out_fd = STDOUT_FILENO;
 	}
 
-	struct source src = { .fd = in_fd };
+	struct pd_drive src = { .fd = in_fd };
 	r = decrypt(&o, kr, w, password, password_len, &src, out_fd, o.info, NULL, detail, sizeof detail);
 	if (r == 0 && tmp) {
 		if (close(out_fd) < 0 || rename(tmp, o.out) < 0) {

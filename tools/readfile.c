@@ -11,7 +11,7 @@
  * left in memory given back to the allocator.  So read(2), not stdio (whose
  * buffer would hold a copy), and growth by allocate, copy, wipe, free:
  * realloc may move the data and release the old block as it was. */
-static int grow(uint8_t **buf, size_t *cap, size_t len)
+int pd_grow_wiped(uint8_t **buf, size_t *cap, size_t len)
 {
 	uint8_t *n = malloc(*cap * 2);
 	if (!n)
@@ -29,6 +29,13 @@ int pd_read_file(const char *path, size_t max, uint8_t **ret, size_t *ret_len)
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0)
 		return -errno;
+	int r = pd_read_fd(fd, max, ret, ret_len);
+	close(fd);
+	return r;
+}
+
+int pd_read_fd(int fd, size_t max, uint8_t **ret, size_t *ret_len)
+{
 	size_t cap = 1 << 16, len = 0;
 	uint8_t *buf = malloc(cap);
 	int r = buf ? 0 : -ENOMEM;
@@ -38,7 +45,7 @@ int pd_read_file(const char *path, size_t max, uint8_t **ret, size_t *ret_len)
 				r = -EFBIG;
 				break;
 			}
-			r = grow(&buf, &cap, len);
+			r = pd_grow_wiped(&buf, &cap, len);
 			if (r < 0)
 				break;
 		}
@@ -52,7 +59,6 @@ int pd_read_file(const char *path, size_t max, uint8_t **ret, size_t *ret_len)
 		else
 			len += (size_t)n;
 	}
-	close(fd);
 	if (r == 0 && len > max)
 		r = -EFBIG;
 	if (r < 0) {
