@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -658,6 +659,8 @@ static int cmd_decrypt(int argc, char **argv)
 	if (d.session_key_out && (code = check_output("--session-key-out", d.session_key_out)))
 		return code;
 
+	/* keys, passwords and plaintext in this process: no core dump, no ptrace by peers */
+	prctl(PR_SET_DUMPABLE, 0);
 	r = pd_lib_init(0);
 	if (r < 0)
 		return fail(SOP_FAILURE, "initialising the crypto libraries: %s", pd_strerror(r));

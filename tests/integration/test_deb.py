@@ -63,6 +63,11 @@ WANT = {
         r"\./usr/share/doc/pgpdecd-milter/postfix/README\.md(\.gz)?$",
         r"\./usr/share/doc/pgpdecd-milter/copyright$",
     ],
+    "pgpdecd-sop": [
+        r"\./usr/bin/pgpdecd-sop$",
+        r"\./usr/share/man/man1/pgpdecd-sop\.1\.gz$",
+        r"\./usr/share/doc/pgpdecd-sop/copyright$",
+    ],
     "libpdclient0": [
         r"\./usr/lib/[^/]+/libpdclient\.so\.0\.\d+\.\d+$",
         r"\./usr/lib/[^/]+/libpdclient\.so\.0 -> ",
@@ -75,10 +80,11 @@ WANT = {
 }
 # Nothing of one package may sneak into another.
 NOT = {
-    "pgpdecd": [r"pgpdecd-client", r"libpdclient", r"\.h$", r"milter"],
+    "pgpdecd": [r"pgpdecd-client", r"libpdclient", r"\.h$", r"milter", r"pgpdecd-sop"],
     "pgpdecd-milter": [r"/bin/", r"/sbin/pgpdecd$", r"pgpdecd\.service$", r"pgpdecd\.socket$",
                        r"libpdclient\.so", r"\.h$", r"/pgpdecd\.conf$"],
-    "pgpdecd-client": [r"/sbin/", r"\.service$", r"libpdclient\.so"],
+    "pgpdecd-client": [r"/sbin/", r"\.service$", r"libpdclient\.so", r"pgpdecd-sop"],
+    "pgpdecd-sop": [r"/sbin/", r"\.service$", r"libpdclient", r"\.h$", r"pgpdecd-client", r"/etc/"],
     "libpdclient0": [r"/bin/", r"\.h$", r"\.pc$", r"libpdclient\.so -> "],
     "libpdclient-dev": [r"/bin/", r"\.so\.0"],
 }

@@ -396,3 +396,21 @@ def test_session_key_out_fd(sop_env, cases, keys, tools):
     rc, _, err = run("pgpdecd-sop", ["decrypt", "--session-key-out=@ENV:X", keys["gpg-cv25519"].key],
                      cases["good"])
     assert rc == 71, err
+
+
+@pytest.mark.skipif(shutil.which("man") is None, reason="man-db not installed")
+def test_man_page():
+    """pgpdecd-sop(1) names every option of tools/sop.c and every exit code
+    pgpdecd-sop gives in CODES; it renders without warnings (test_units)."""
+    import re
+    src = (Path(__file__).resolve().parents[2] / "tools" / "sop.c").read_text()
+    names = set(re.findall(r'^\s*\{ "([a-z-]+)", (?:true|false), ', src, re.M))
+    assert len(names) >= 12, names
+    r = subprocess.run(["man", "-l", str(BUILD / "man" / "pgpdecd-sop.1")], capture_output=True,
+                       text=True, env=dict(os.environ, LC_ALL="C.UTF-8", MANWIDTH="200",
+                                           MAN_KEEP_FORMATTING="", GROFF_NO_SGR="1"))
+    page = re.sub(r".\x08", "", r.stdout).replace("\u2010", "-").replace("\u2011", "-")
+    missing = [n for n in sorted(names) if f"--{n}" not in page]
+    assert not missing, f"not in pgpdecd-sop(1): {missing}"
+    for code in sorted({c[0] for c in CODES.values()} | {1, 19, 69}):
+        assert re.search(rf"^\s+{code}( \([A-Z_]+\))?$", page, re.M), f"exit code {code} not in pgpdecd-sop(1)"

@@ -223,7 +223,7 @@ def test_exec_start_as_systemd_would(tmp_path):
     assert reloaded, text
 
 
-MAN_PAGES = ["pgpdecd.8", "pgpdecd.conf.5", "pgpdecd-client.1"]
+MAN_PAGES = ["pgpdecd.8", "pgpdecd.conf.5", "pgpdecd-client.1", "pgpdecd-sop.1"]
 
 
 @pytest.mark.skipif(shutil.which("man") is None, reason="man-db not installed")
