@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <gcrypt.h>
+
 #include "internal.h"
 
 static uint8_t *slurp_path(const char *path, size_t *len);
@@ -406,6 +408,49 @@ static void test_session_key(void **state)
 		free(b.out);
 		free(a.out);
 		free(msg);
+	}
+
+	/* SED (tag 9, allowed): it decrypts, but nothing authenticated it, so
+	 * its key is not given out */
+	{
+		uint8_t sk16[16], pt[64], sed[80];
+		const char body[] = "not authenticated";
+		size_t bl = sizeof(body) - 1, n = 0;
+		gcry_randomize(sk16, sizeof(sk16), GCRY_WEAK_RANDOM);
+		gcry_randomize(pt, 16, GCRY_WEAK_RANDOM);
+		pt[16] = pt[14];
+		pt[17] = pt[15];
+		n = 18;
+		pt[n++] = 0xCB; /* literal data, new format */
+		pt[n++] = (uint8_t)(6 + bl);
+		pt[n++] = 'b';
+		pt[n++] = 0;
+		memset(pt + n, 0, 4);
+		n += 4;
+		memcpy(pt + n, body, bl);
+		n += bl;
+		gcry_cipher_hd_t h;
+		assert_int_equal(gcry_cipher_open(&h, GCRY_CIPHER_AES128, GCRY_CIPHER_MODE_CFB,
+		                                  GCRY_CIPHER_ENABLE_SYNC), 0);
+		assert_int_equal(gcry_cipher_setkey(h, sk16, 16), 0);
+		assert_int_equal(gcry_cipher_setiv(h, NULL, 0), 0);
+		sed[0] = 0xC9; /* SED, new format */
+		sed[1] = (uint8_t)n;
+		assert_int_equal(gcry_cipher_encrypt(h, sed + 2, 18, pt, 18), 0);
+		gcry_cipher_sync(h);
+		assert_int_equal(gcry_cipher_encrypt(h, sed + 20, n - 18, pt + 18, n - 18), 0);
+		gcry_cipher_close(h);
+		struct pd_limits lim;
+		pd_limits_default(&lim);
+		lim.allow_sed = true;
+		struct result r = run(sed, n + 2, 7, sk16, 16, 4096, 65536, &lim);
+		if (r.rc != 0)
+			fail_msg("SED: %s: %s", pd_errname(r.rc), r.detail);
+		assert_int_equal(r.info.integrity, PD_INTEGRITY_UNPROTECTED);
+		assert_int_equal(r.outlen, bl);
+		assert_memory_equal(r.out, body, bl);
+		assert_int_equal(r.sk_rc, PD_EUSAGE);
+		free(r.out);
 	}
 
 	/* what the caller gives is checked at once */
