@@ -201,7 +201,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct server s = { .first = stream, .first_len = first, .last = first == len, .fd = -1 };
 	pthread_t th;
 	CHECK(pthread_create(&th, NULL, serve, &s) == 0);
-	struct pdc_config cfg = { .socket_path = sock_path, .timeout_ms = 5000, .software = "fuzz-client" };
+	/* One scripted connection per input: no retry (a reconnect would meet
+	 * the next input's server; retry is tested against real daemons in
+	 * tests/integration/test_retry.py and test_haproxy.py). */
+	struct pdc_config cfg = { .socket_path = sock_path, .timeout_ms = 5000, .software = "fuzz-client",
+	                          .no_retry = true };
 	struct pdc_conn *c = NULL;
 	struct pdc_result e;
 	memset(&e, 0x5a, sizeof(e));
