@@ -40,7 +40,8 @@ static void usage_text(FILE *f)
 	fprintf(f,
 "Usage: pgpdecd-client [OPTION]... [FILE]...\n"
 "       pgpdecd-client [OPTION]... ping|stats|keys\n"
-"       pgpdecd-client [OPTION]... bench --concurrency N --requests M [--json] FILE...\n"
+"       pgpdecd-client [OPTION]... bench [--concurrency N] [--requests M] [--pipeline K]\n"
+"                      [--threads T] [--json] FILE...\n"
 "       pgpdecd-client [OPTION]... --mime [FILE]\n"
 "\n"
 "Decrypt OpenPGP messages with the keys held by the pgpdecd daemon.\n"
@@ -160,11 +161,15 @@ static void usage_text(FILE *f)
 "      (EX_DATAERR)\n"
 "  66  an input FILE cannot be read (EX_NOINPUT)\n"
 "  69  no key held by the daemon can decrypt the message (EX_UNAVAILABLE)\n"
+"  71  out of memory, or a thread could not be created (EX_OSERR)\n"
 "  73  the output file cannot be created (EX_CANTCREAT)\n"
 "  74  writing the output failed (EX_IOERR)\n"
 "  75  daemon unreachable, overloaded, shutting down or timed out, or a\n"
 "      protocol error: try again later (EX_TEMPFAIL)\n"
-"  77  access denied by the daemon (EX_NOPERM)\n"
+"  77  access denied: the socket's permissions, the daemon's allow-lists, or\n"
+"      a client certificate the daemon requires (EX_NOPERM)\n"
+"  78  a setting of ours cannot work: a socket path too long, TLS files that\n"
+"      cannot be loaded, a bad --tls-pin (EX_CONFIG)\n"
 "  With several FILEs, the status is that of the first one that failed.\n"
 "\n"
 "Environment:\n"
@@ -367,6 +372,39 @@ static char *output_name(const char *dir, const char *in)
 	return out;
 }
 
+static bool is_dir(int fd)
+{
+	struct stat st;
+	return fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int cmp_final_path(const void *a, const void *b)
+{
+	const struct job *x = *(const struct job *const *)a, *y = *(const struct job *const *)b;
+	int c = strcmp(x->final_path, y->final_path);
+	return c ? c : x < y ? -1 : x > y;
+}
+
+/* -o DIR a/x.gpg b/x.gpg: the second plaintext would replace the first.
+ * Refused before anything is decrypted, naming the first such pair. */
+static void refuse_same_outputs(struct job *jobs, int n)
+{
+	struct job **v = calloc((size_t)n, sizeof(*v));
+	if (!v)
+		die(EX_OSERR, "out of memory");
+	for (int i = 0; i < n; i++)
+		v[i] = &jobs[i];
+	qsort(v, (size_t)n, sizeof(*v), cmp_final_path);
+	const struct job *a = NULL, *b = NULL;
+	for (int i = 1; i < n; i++)
+		if (!strcmp(v[i - 1]->final_path, v[i]->final_path) && (!a || v[i - 1] < a))
+			a = v[i - 1], b = v[i];
+	free(v);
+	if (a)
+		die(EX_USAGE, "%s and %s would both be written to %s: decrypt them into different directories",
+		    a->name, b->name, a->final_path);
+}
+
 /* Temporary file next to final: renamed into place only on verified success. */
 static int open_tmp(struct job *j)
 {
@@ -557,7 +595,11 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 		jobs[i].index = i;
 		jobs[i].out_fd = STDOUT_FILENO;
 		jobs[i].in_fd = -1;
+		if (to_dir)
+			jobs[i].final_path = output_name(o->output, files[i]);
 	}
+	if (to_dir)
+		refuse_same_outputs(jobs, nfiles);
 	size_t pwlen = 0;
 	char *pw = o->password_file ? read_password(o->password_file, &pwlen) : NULL;
 
@@ -574,10 +616,13 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 				j->exit_code = EX_NOINPUT;
 				continue;
 			}
+			if (is_dir(j->in_fd)) { /* it reads as empty input: a bounce for "bad data" */
+				fprintf(stderr, "%s: %s is a directory: name the message files in it\n", prog, files[i]);
+				j->exit_code = EX_NOINPUT;
+				continue;
+			}
 		}
-		if (to_dir)
-			j->final_path = output_name(o->output, files[i]);
-		else if (o->output && strcmp(o->output, "-") != 0)
+		if (!to_dir && o->output && strcmp(o->output, "-") != 0)
 			j->final_path = strdup(o->output);
 		if (j->final_path && open_tmp(j) < 0) {
 			j->exit_code = EX_CANTCREAT;
@@ -1124,6 +1169,8 @@ static int cmd_mime(const struct opts *o, int nfiles, char **files)
 		j->in_fd = open(file, O_RDONLY | O_CLOEXEC);
 		if (j->in_fd < 0)
 			die(EX_NOINPUT, "%s: cannot open: %s", file, strerror(errno));
+		if (is_dir(j->in_fd))
+			die(EX_NOINPUT, "%s is a directory: name the mail file", file);
 	}
 	struct stat st;
 	if (o->output && strcmp(o->output, "-") != 0) {

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -69,7 +70,8 @@ struct pdc_conn {
 	gnutls_certificate_credentials_t cred;
 	char *verify_name;
 	uint8_t pin[32];
-	bool has_pin, has_ca;
+	bool has_pin, has_ca, has_cert;
+	int tls_alert;              /* the fatal alert the server sent, or -1 */
 	char tls_detail[256];
 	struct pd_frame_decoder *dec;
 	struct pdc_server server;
@@ -94,6 +96,7 @@ struct pdc_conn {
 	size_t n_targets, cur;      /* cur: the target of this connection */
 	bool retry;
 	bool draining;              /* RESULT SHUTTING_DOWN seen: no new request on this connection */
+	const char *sock_from;      /* "PGPDECD_SOCKET" when the one socket path came from there */
 	bool tls_failed;            /* a certificate was refused (by us or by an alert of the server): a
 	                             * configuration matter, not retried; a handshake cut short is
 	                             * (haproxy closing for a dead backend) */
@@ -208,6 +211,8 @@ static ssize_t xrecv(struct pdc_conn *c, uint8_t *p, size_t len)
 		if (n == GNUTLS_E_PREMATURE_TERMINATION)
 			return 0;
 		if (n < 0) {
+			if (n == GNUTLS_E_FATAL_ALERT_RECEIVED)
+				c->tls_alert = (int)gnutls_alert_get(c->tls);
 			snprintf(c->tls_detail, sizeof(c->tls_detail), "TLS: %s", n == GNUTLS_E_FATAL_ALERT_RECEIVED
 			         ? gnutls_alert_get_name(gnutls_alert_get(c->tls)) : gnutls_strerror((int)n));
 			/* TLS 1.3: the daemon refuses our certificate (or its lack) only
@@ -249,11 +254,58 @@ static int wait_fd(int fd, short events, int64_t deadline)
 	}
 }
 
-static int connect_unix(const char *path, int64_t deadline, struct pdc_result *e)
+/* A group's name, or its number. */
+static void group_name(gid_t gid, char *out, size_t n)
+{
+	char buf[4096];
+	struct group g, *res = NULL;
+	if (getgrgid_r(gid, &g, buf, sizeof(buf), &res) == 0 && res)
+		snprintf(out, n, "%s", g.gr_name);
+	else
+		snprintf(out, n, "%u", (unsigned)gid);
+}
+
+/* connect(2) said EACCES: find what refused (a directory on the way, which
+ * needs search permission, or the socket, which needs write permission)
+ * and say which group would let the caller in. */
+static int eacces_sentence(struct pdc_result *e, int err, const char *path)
+{
+	char at[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	const char *what = path;
+	int need = W_OK;
+	for (const char *p = strchr(path + 1, '/'); p; p = strchr(p + 1, '/')) {
+		snprintf(at, sizeof(at), "%.*s", (int)(p - path), path);
+		if (faccessat(AT_FDCWD, at, X_OK, AT_EACCESS) < 0) {
+			what = at;
+			need = X_OK;
+			break;
+		}
+	}
+	struct stat st;
+	if (stat(what, &st) < 0)
+		return set_err(e, err, PD_ST_ACCESS_DENIED, "permission denied on %s: set PGPDECD_SOCKET (or --socket) "
+		               "to a socket you may open", path);
+	char grp[64], own[96] = "";
+	group_name(st.st_gid, grp, sizeof(grp));
+	if (what != path)
+		snprintf(own, sizeof(own), ", the directory of %s", path);
+	/* Does the group's permission let its members in? */
+	if (st.st_mode & (need == X_OK ? S_IXGRP : S_IWGRP))
+		return set_err(e, err, PD_ST_ACCESS_DENIED, "permission denied on %s (group %s)%s: add your user to "
+		               "group %s (and log in again) or set PGPDECD_SOCKET to a socket you may open",
+		               what, grp, own, grp);
+	return set_err(e, err, PD_ST_ACCESS_DENIED, "permission denied on %s (mode %04o, owner uid %u, group %s)%s: "
+	               "it lets in only its owner; set PGPDECD_SOCKET to a socket you may open", what,
+	               (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, grp, own);
+}
+
+/* from: where path came from, for the sentence ("PGPDECD_SOCKET"), or NULL. */
+static int connect_unix(const char *path, const char *from, int64_t deadline, struct pdc_result *e)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	if (strlen(path) >= sizeof(sa.sun_path))
-		return set_err(e, -ENAMETOOLONG, 0, "socket path too long: %s", path);
+		return set_err(e, -ENAMETOOLONG, 0, "socket path longer than %zu bytes (%zu): %s%s%s: use a shorter one",
+		               sizeof(sa.sun_path) - 1, strlen(path), path, from ? ", from " : "", from ? from : "");
 	strcpy(sa.sun_path, path);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -262,7 +314,9 @@ static int connect_unix(const char *path, int64_t deadline, struct pdc_result *e
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		int err = -errno;
 		close(fd);
-		return set_err(e, err, err == -EACCES || err == -EPERM ? PD_ST_ACCESS_DENIED : 0,
+		if (err == -EACCES)
+			return eacces_sentence(e, err, path);
+		return set_err(e, err, err == -EPERM ? PD_ST_ACCESS_DENIED : 0,
 		               "cannot connect to %s: %s", path, strerror(-err));
 	}
 	return fd;
@@ -368,9 +422,23 @@ static int is_ip_literal(const char *h)
 	return inet_pton(AF_INET, h, &a6) == 1 || inet_pton(AF_INET6, h, &a6) == 1;
 }
 
-static int tls_start(struct pdc_conn *c, const struct pdc_config *cfg, int64_t deadline, struct pdc_result *e)
+/* GnuTLS says "Error while reading file." whatever the reason: the errno
+ * of opening the file, or NULL if it opens. */
+static const char *unreadable(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return strerror(errno);
+	close(fd);
+	return NULL;
+}
+
+/* The caller's TLS files and pin, before connecting: a mistake in them is
+ * a configuration error (-EINVAL), not a daemon that is down. */
+static int tls_load(struct pdc_conn *c, const struct pdc_config *cfg, struct pdc_result *e)
 {
 	int r;
+	const char *why;
 	if ((r = gnutls_certificate_allocate_credentials(&c->cred)) < 0)
 		return set_err(e, -ENOMEM, 0, "TLS: %s", gnutls_strerror(r));
 	if (cfg->tls_pin) {
@@ -380,9 +448,11 @@ static int tls_start(struct pdc_conn *c, const struct pdc_config *cfg, int64_t d
 	}
 	if (cfg->tls_ca) {
 		r = gnutls_certificate_set_x509_trust_file(c->cred, cfg->tls_ca, GNUTLS_X509_FMT_PEM);
+		if (r <= 0 && (why = unreadable(cfg->tls_ca)))
+			return set_err(e, -EINVAL, 0, "TLS CA file %s cannot be read: %s", cfg->tls_ca, why);
 		if (r <= 0)
-			return set_err(e, -EINVAL, 0, "TLS: cannot load CA file %s: %s", cfg->tls_ca,
-			               r == 0 ? "no certificate in it" : gnutls_strerror(r));
+			return set_err(e, -EINVAL, 0, "TLS CA file %s: %s", cfg->tls_ca,
+			               r == 0 ? "no PEM certificate in it" : gnutls_strerror(r));
 		c->has_ca = true;
 	} else if (!c->has_pin) {
 		r = gnutls_certificate_set_x509_system_trust(c->cred);
@@ -393,11 +463,32 @@ static int tls_start(struct pdc_conn *c, const struct pdc_config *cfg, int64_t d
 		if (!cfg->tls_cert || !cfg->tls_key)
 			return set_err(e, -EINVAL, 0, "TLS: a client certificate needs both a certificate and a key file");
 		r = gnutls_certificate_set_x509_key_file(c->cred, cfg->tls_cert, cfg->tls_key, GNUTLS_X509_FMT_PEM);
+		if (r < 0 && (why = unreadable(cfg->tls_cert)))
+			return set_err(e, -EINVAL, 0, "TLS client certificate %s cannot be read: %s", cfg->tls_cert, why);
+		if (r < 0 && (why = unreadable(cfg->tls_key)))
+			return set_err(e, -EINVAL, 0, "TLS client key %s cannot be read: %s", cfg->tls_key, why);
 		if (r < 0)
 			return set_err(e, -EINVAL, 0, "TLS: cannot load client certificate %s / key %s: %s",
 			               cfg->tls_cert, cfg->tls_key, gnutls_strerror(r));
+		c->has_cert = true;
 	}
 	gnutls_certificate_set_verify_function(c->cred, verify_cb);
+	return 0;
+}
+
+/* The server's "certificate required" alert: the sentence says what to do. */
+static int cert_required(struct pdc_conn *c, struct pdc_result *e)
+{
+	if (c->has_cert)
+		return set_err(e, -EACCES, 0, "the daemon requires a client certificate and took none of ours: is "
+		               "it signed by a CA the daemon trusts (its tls-ca), or pinned (tls-pin)?");
+	return set_err(e, -EACCES, 0, "the daemon requires a client certificate: give one with --tls-cert and "
+	               "--tls-key (tls-cert and tls-key in the milter's configuration)");
+}
+
+static int tls_start(struct pdc_conn *c, const struct pdc_config *cfg, int64_t deadline, struct pdc_result *e)
+{
+	int r;
 	const char *name = cfg->tls_server_name ? cfg->tls_server_name : cfg->host;
 	c->verify_name = strdup(name);
 	if (!c->verify_name)
@@ -431,6 +522,8 @@ static int tls_start(struct pdc_conn *c, const struct pdc_config *cfg, int64_t d
 	}
 	if (r == GNUTLS_E_FATAL_ALERT_RECEIVED) {
 		c->tls_failed = true;
+		if (gnutls_alert_get(c->tls) == GNUTLS_A_CERTIFICATE_REQUIRED)
+			return cert_required(c, e);
 		return set_err(e, -ECONNREFUSED, 0, "TLS handshake with %s: the server refused it (%s)", name,
 		               gnutls_alert_get_name(gnutls_alert_get(c->tls)));
 	}
@@ -1290,9 +1383,15 @@ static int handshake(struct pdc_conn *c, const struct pdc_config *cfg, int64_t d
 				               w == -ETIMEDOUT ? "timed out" : strerror(-w));
 			continue;
 		}
+		/* TLS 1.3: the server checks our certificate after our side of the
+		 * handshake is done, and says so with an alert read only here. */
+		if (k <= 0 && c->tls && c->tls_alert == GNUTLS_A_CERTIFICATE_REQUIRED)
+			return cert_required(c, e);
 		if (k <= 0)
-			return set_err(e, k ? (int)k : -ECONNRESET, 0, "server closed the connection during the handshake%s%s",
-			               c->tls_detail[0] ? ": " : "", c->tls_detail);
+			return set_err(e, k ? (int)k : -ECONNRESET, 0, "server closed the connection during the handshake%s%s%s",
+			               c->tls_detail[0] ? ": " : "", c->tls_detail,
+			               c->tls && !c->has_cert ? " (if the daemon requires client certificates, give "
+			               "--tls-cert and --tls-key)" : "");
 		size_t used;
 		struct pd_frame_hdr fh;
 		const uint8_t *p;
@@ -1361,18 +1460,14 @@ static void transport_close(struct pdc_conn *c)
 		gnutls_deinit(c->tls);
 		c->tls = NULL;
 	}
-	if (c->cred) {
-		gnutls_certificate_free_credentials(c->cred);
-		c->cred = NULL;
-	}
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = -1;
 	free(c->verify_name);
 	c->verify_name = NULL;
-	c->has_pin = c->has_ca = false;
 	c->tls_detail[0] = 0;
 	c->tls_failed = false;
+	c->tls_alert = -1;
 	if (c->out) {
 		explicit_bzero(c->out, c->out_cap);
 		free(c->out);
@@ -1396,8 +1491,6 @@ static int transport_open(struct pdc_conn *c, size_t i, int64_t deadline, struct
 	if (pd_frame_decoder_new(&c->dec, PD_FROM_SERVER, PD_FRAME_HELLO_MAX) < 0)
 		return set_err(e, -ENOMEM, 0, "out of memory");
 	if (t->host) {
-		if (!t->port)
-			return set_err(e, -EINVAL, 0, "no port given for %s", t->host);
 		r = connect_tcp(t->host, t->port, deadline, e);
 		if (r < 0)
 			return r;
@@ -1407,7 +1500,7 @@ static int transport_open(struct pdc_conn *c, size_t i, int64_t deadline, struct
 		if (!c->cfg.no_tls && (r = tls_start(c, &tc, deadline, e)) < 0)
 			return r;
 	} else {
-		r = connect_unix(t->socket_path, deadline, e);
+		r = connect_unix(t->socket_path, c->n_targets == 1 ? c->sock_from : NULL, deadline, e);
 		if (r < 0)
 			return r;
 		c->fd = r;
@@ -1541,6 +1634,7 @@ int pdc_connect(struct pdc_conn **ret, const struct pdc_config *cfg, struct pdc_
 	c->in_wait_fd = -1;
 	c->cfg = *cfg;
 	c->retry = !cfg->no_retry;
+	c->tls_alert = -1;
 	c->timeout_ms = cfg->timeout_ms == 0 ? 60000 : cfg->timeout_ms < 0 ? 0 : cfg->timeout_ms;
 	int64_t deadline = c->timeout_ms ? now_ms() + c->timeout_ms : -1;
 	int r;
@@ -1556,18 +1650,30 @@ int pdc_connect(struct pdc_conn **ret, const struct pdc_config *cfg, struct pdc_
 	} else if (cfg->host) {
 		c->targets[0] = (struct pdc_target){ .host = cfg->host, .port = cfg->port };
 	} else {
-		const char *path = cfg->socket_path;
-		if (!path)
-			path = getenv("PGPDECD_SOCKET");
+		const char *path = cfg->socket_path, *from = NULL;
+		if (!path && (path = getenv("PGPDECD_SOCKET")) && *path)
+			from = "PGPDECD_SOCKET";
 		if (!path || !*path)
 			path = PDC_DEFAULT_SOCKET;
 		c->targets[0] = (struct pdc_target){ .socket_path = path };
+		c->sock_from = from;
 	}
-	for (size_t i = 0; i < c->n_targets; i++)
+	bool tcp = false;
+	for (size_t i = 0; i < c->n_targets; i++) {
 		if (!c->targets[i].host && !c->targets[i].socket_path) {
 			r = set_err(e, -EINVAL, 0, "target %zu names neither a socket nor a host", i + 1);
 			goto fail;
 		}
+		if (c->targets[i].host && !c->targets[i].port) {
+			r = set_err(e, -EINVAL, 0, "no port given for %s", c->targets[i].host);
+			goto fail;
+		}
+		tcp |= c->targets[i].host != NULL;
+	}
+	/* TLS files are the client's configuration: loaded once, before any
+	 * connect, so that a wrong one is said at once (and never retried). */
+	if (tcp && !cfg->no_tls && (r = tls_load(c, cfg, e)) < 0)
+		goto fail;
 	r = connect_any(c, 0, deadline, e);
 	if (r < 0)
 		goto fail;
@@ -1587,6 +1693,8 @@ struct pdc_conn *pdc_close(struct pdc_conn *c)
 		conn_fail(c, -ECANCELED, 0, "connection closed by the client");
 	fail_waiting(c, -ECANCELED, 0, "connection closed by the client");
 	transport_close(c);
+	if (c->cred)
+		gnutls_certificate_free_credentials(c->cred);
 	if (c->rbuf) {
 		explicit_bzero(c->rbuf, RBUF_SIZE);
 		free(c->rbuf);
@@ -1611,6 +1719,8 @@ int pdc_exit_code(const struct pdc_result *r)
 		return pd_status_exit_code((uint16_t)r->status);
 	if (r->err == -EACCES || r->err == -EPERM)
 		return PD_EXIT_NOPERM;
+	if (r->err == -EINVAL || r->err == -ENAMETOOLONG)
+		return PD_EXIT_CONFIG; /* the caller's settings: retrying cannot cure them */
 	return PD_EXIT_TEMPFAIL; /* unreachable, reset, timed out: retry later */
 }
 

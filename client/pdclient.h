@@ -262,7 +262,9 @@ PDC_API size_t pdc_pending(const struct pdc_conn *c);
 /** A verified success: status 0 with MDC or AEAD integrity (anything else
  * delivered as status 0 is unprotected plaintext). */
 PDC_API bool pdc_verified(const struct pdc_result *r);
-/** sysexits(3) code for a result: 0, 65 bad data, 69 no key, 75 retry later, 77 denied. */
+/** sysexits(3) code for a result: 0, 65 bad data, 69 no key, 75 retry later, 77 denied (also: the
+ * daemon requires a client certificate), 78 the caller's settings (-EINVAL, -ENAMETOOLONG: a socket
+ * path too long, TLS files that cannot be loaded, a bad pin). */
 PDC_API int pdc_exit_code(const struct pdc_result *r);
 /** Stable name of a wire status ("INTEGRITY"). */
 PDC_API const char *pdc_status_name(unsigned status);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "pd-config.h"
@@ -252,6 +253,31 @@ struct ini_ctx {
 	int r;
 };
 
+/* A relative path in the file names a file beside it, whatever the working
+ * directory (the command line's stay relative to it): the options whose
+ * argument is a FILE or a DIR, and unix: listeners.  Returns value itself
+ * or a new string. */
+static char *file_relative(const char *config_file, const struct opt *o, char *value)
+{
+	const char *slash = strrchr(config_file, '/');
+	const char *path = value, *prefix = "";
+	if (o->off == offsetof(struct pd_config, listen)) {
+		if (strncmp(value, "unix:", 5))
+			return value;
+		path += 5;
+		prefix = "unix:";
+	} else if (strcmp(o->arg, "FILE") && strcmp(o->arg, "DIR")) {
+		return value;
+	}
+	if (!slash || !*path || *path == '/')
+		return value;
+	char *r;
+	if (asprintf(&r, "%s%.*s/%s", prefix, (int)(slash - config_file), config_file, path) < 0)
+		return NULL;
+	free(value);
+	return r;
+}
+
 static int ini_cb(void *user, const char *section, const char *name, const char *value)
 {
 	struct ini_ctx *x = user;
@@ -265,7 +291,16 @@ static int ini_cb(void *user, const char *section, const char *name, const char 
 		x->r = fail(x->err, x->errlen, "%s: unknown setting", where);
 		return 0;
 	}
-	x->r = set_opt(x->c, o, value, NULL, x->err, x->errlen, where);
+	/* "workers = 4 # per CPU": the inline comment is not the value */
+	char *v = strndup(value, pd_ini_value_len(value));
+	if (v)
+		v = file_relative(x->c->config_file, o, v);
+	if (!v) {
+		x->r = fail(x->err, x->errlen, "out of memory");
+		return 0;
+	}
+	x->r = set_opt(x->c, o, v, NULL, x->err, x->errlen, where);
+	free(v);
 	return x->r == 0;
 }
 
@@ -305,11 +340,18 @@ static int check(struct pd_config *c, char *err, size_t errlen)
 	for (size_t i = 0; i < c->listen.n; i++) {
 		const char *l = c->listen.v[i];
 		if (!strncmp(l, "unix:", 5)) {
-			if (!l[5] || strlen(l + 5) >= 108)
-				return fail(err, errlen, "listen %s: bad unix socket path", l);
+			if (!l[5])
+				return fail(err, errlen, "listen %s: no socket path after unix:", l);
+			if (strlen(l + 5) >= 108) /* sun_path */
+				return fail(err, errlen, "listen %s: socket path longer than 107 bytes (%zu): use a shorter one",
+				            l, strlen(l + 5));
 		} else if (!strncmp(l, "tcp:", 4)) {
 			if (!strrchr(l + 4, ':'))
 				return fail(err, errlen, "listen %s: want tcp:HOST:PORT", l);
+			/* here, not when binding: before the keys are read */
+			if (!pd_config_tls(c) && !c->allow_plain_tcp)
+				return fail(err, errlen, "listen %s: plain TCP needs allow-plain-tcp = yes (on a loopback "
+				            "address only), or tls-cert and tls-key for TLS", l);
 		} else {
 			return fail(err, errlen, "listen %s: want unix:PATH or tcp:HOST:PORT", l);
 		}
@@ -546,6 +588,15 @@ int pd_config_load(struct pd_config **ret, int argc, char **argv, char *err, siz
 			fail(err, errlen, "config %s: %s", c->config_file, strerror(-r));
 			pd_config_free(c);
 			return r;
+		}
+		struct stat st;
+		if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+			/* fopen() takes a directory, and inih reads it as an empty file */
+			fclose(f);
+			fail(err, errlen, "config %s is a directory: give the INI file (such as %s/pgpdecd.conf)",
+			     c->config_file, c->config_file);
+			pd_config_free(c);
+			return -EISDIR;
 		}
 		r = ini_parse_file(f, ini_cb, &x);
 		fclose(f);

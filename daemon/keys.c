@@ -44,7 +44,7 @@ static int read_secure(const char *path, size_t max, uint8_t **ret, size_t *ret_
 	}
 	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
 		close(fd);
-		return S_ISREG(st.st_mode) ? -EFBIG : -EINVAL;
+		return S_ISREG(st.st_mode) ? -EFBIG : S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
 	}
 	size_t cap = (size_t)st.st_size + 1;
 	uint8_t *buf = gcry_malloc_secure(cap);
@@ -156,6 +156,10 @@ static int add_file(struct pd_keyring *kr, const char *path, const char *pass, s
 	char detail[256] = "";
 	int r = read_secure(path, MAX_KEYFILE, &data, &len);
 
+	if (r == -EISDIR) {
+		snprintf(err, errlen, "key file %s is a directory (use --keydir %s to load every file in it)", path, path);
+		return r;
+	}
 	if (r < 0) {
 		snprintf(err, errlen, "key file %s: %s", path, strerror(-r));
 		return r;

@@ -38,6 +38,8 @@ struct pd_listener {
 	enum pd_peer_kind kind;
 	bool tls;
 	bool unlink_on_close;
+	dev_t dev;                /* the socket file bind made: removed at close only if still there */
+	ino_t ino;
 	char name[128];
 	char path[108];
 };
@@ -84,6 +86,60 @@ static struct pd_listener *new_listener(uv_loop_t *loop, enum pd_peer_kind kind)
 	return ls;
 }
 
+static void dir_of(const char *path, char dir[108])
+{
+	snprintf(dir, 108, "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		snprintf(dir, 108, ".");
+	else if (slash == dir)
+		dir[1] = 0;
+	else
+		*slash = 0;
+}
+
+/* The socket's directory must exist: bind(2)'s ENOENT, which libuv turns
+ * into EACCES, would read "permission denied". */
+static int check_parent(const char *name, const char *path, char *err, size_t errlen)
+{
+	char dir[108];
+	struct stat st;
+	dir_of(path, dir);
+	if (stat(dir, &st) < 0) {
+		int r = -errno;
+		if (r == -ENOENT)
+			snprintf(err, errlen, "listen %s: directory %s does not exist: create it, or listen elsewhere",
+			         name, dir);
+		else
+			snprintf(err, errlen, "listen %s: directory %s: %s", name, dir, strerror(-r));
+		return r;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "listen %s: %s is not a directory", name, dir);
+		return -ENOTDIR;
+	}
+	return 0;
+}
+
+/* Whether a process accepts connections on the unix socket at path: 1 yes,
+ * 0 nobody (a stale socket: ECONNREFUSED, or gone), or -errno when that
+ * cannot be told (a socket this user may not connect to).  Non-blocking: a
+ * listener with a full backlog answers EAGAIN, and is alive. */
+static int socket_answers(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int r, fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN || errno == EINPROGRESS)
+		r = 1;
+	else
+		r = errno == ECONNREFUSED || errno == ENOENT ? 0 : -errno;
+	close(fd);
+	return r;
+}
+
 /* Whoever can write the socket's directory can replace the socket (by a
  * symlink to a file of ours, for instance): the daemon never changes
  * anything by path after bind, and says when the directory lets others in. */
@@ -91,14 +147,7 @@ static void check_dir(const char *name, const char *path)
 {
 	char dir[108];
 	struct stat st;
-	snprintf(dir, sizeof(dir), "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (!slash)
-		snprintf(dir, sizeof(dir), ".");
-	else if (slash == dir)
-		dir[1] = 0;
-	else
-		*slash = 0;
+	dir_of(path, dir);
 	if (stat(dir, &st) < 0)
 		return;
 	if (((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) ||
@@ -137,11 +186,28 @@ static int bind_unix(uv_loop_t *loop, const struct pd_config *c, const char *pat
 		return -ENOMEM;
 	snprintf(ls->name, sizeof(ls->name), "unix:%s", path);
 	snprintf(ls->path, sizeof(ls->path), "%s", path);
-	/* A stale socket from a previous run is removed; any other file is not ours. */
+	r = check_parent(ls->name, path, err, errlen);
+	if (r < 0)
+		return r;
+	/* A stale socket from a previous run is removed; one that a process
+	 * answers on is not (taking it over would leave that daemon
+	 * unreachable, and its socket gone once we stop); any other file is
+	 * not ours. */
 	if (lstat(path, &st) == 0) {
 		if (!S_ISSOCK(st.st_mode)) {
 			snprintf(err, errlen, "listen %s: exists and is not a socket", ls->name);
 			return -EEXIST;
+		}
+		r = socket_answers(path);
+		if (r > 0) {
+			snprintf(err, errlen, "listen %s: another pgpdecd is listening on %s (it accepted a connection): "
+			         "stop it first, or listen on another path", ls->name, path);
+			return -EISCONN;
+		}
+		if (r < 0) {
+			snprintf(err, errlen, "listen %s: a socket exists there and whether a process answers on it "
+			         "cannot be told (connect: %s): remove it if it is stale", ls->name, strerror(-r));
+			return r;
 		}
 		unlink(path);
 	}
@@ -153,8 +219,16 @@ static int bind_unix(uv_loop_t *loop, const struct pd_config *c, const char *pat
 	r = uv_pipe_bind(&ls->io.pipe, path);
 	umask(old);
 	if (r < 0) {
-		snprintf(err, errlen, "listen %s: %s", ls->name, uv_strerror(r));
+		if (r == UV_EACCES)
+			snprintf(err, errlen, "listen %s: permission denied: the daemon's user (uid %u) cannot create the "
+			         "socket in its directory", ls->name, (unsigned)geteuid());
+		else
+			snprintf(err, errlen, "listen %s: %s", ls->name, uv_strerror(r));
 		return r;
+	}
+	if (lstat(path, &st) == 0) {
+		ls->dev = st.st_dev;
+		ls->ino = st.st_ino;
 	}
 	ls->unlink_on_close = true;
 	if (c->socket_uid != (uid_t)-1 || c->socket_gid != (gid_t)-1) {
@@ -303,8 +377,10 @@ void pd_listeners_stop(void)
 {
 	struct pd_listener *ls, *next;
 	for (ls = listeners; ls; ls = next) {
+		struct stat st;
 		next = ls->next;
-		if (ls->unlink_on_close)
+		/* Only the file bind made: one that replaced it is someone else's. */
+		if (ls->unlink_on_close && lstat(ls->path, &st) == 0 && st.st_dev == ls->dev && st.st_ino == ls->ino)
 			unlink(ls->path);
 		uv_close(&ls->io.h, on_listener_close);
 	}

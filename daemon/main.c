@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sysexits.h>
 #include <unistd.h>
 
 #include "pd-config.h"
@@ -31,9 +32,6 @@
 #include "session.h"
 #include "stats.h"
 #include "tls.h"
-
-#define EX_USAGE 64
-#define EX_CONFIG 78
 
 static struct {
 	int argc;
@@ -335,7 +333,9 @@ int main(int argc, char **argv)
 		uv_close((uv_handle_t *)&m.sig_term, NULL);
 		uv_close((uv_handle_t *)&m.sig_int, NULL);
 		uv_run(pd_d.loop, UV_RUN_DEFAULT);
-		return 1;
+		/* pgpdecd(8), EXIT STATUS: another daemon on the socket; a socket
+		 * directory that does not exist (a setting, as a missing key file) */
+		return r == -EISCONN ? EX_UNAVAILABLE : r == -ENOENT || r == -ENOTDIR ? EX_CONFIG : 1;
 	}
 	pd_notify_init(pd_d.loop);
 	pd_notify_ready();

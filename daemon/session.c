@@ -702,7 +702,7 @@ static bool tls_pump(struct pd_session *s)
 			s->eof = true;
 			break;
 		}
-		pd_log_limited(&lim_tls, PD_LOG_NOTICE, "TLS", "closing the TLS connection of %s: %s", s->peer.name,
+		pd_log_limited(&lim_tls, PD_LOG_NOTICE, "TLS", "closing a TLS connection from %s: %s", s->peer.name,
 		               pd_tls_detail(s->tls));
 		pd_session_close(s);
 		return false;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* GnuTLS over our own buffers (see tls.h); the only module calling GnuTLS. */
 #include <errno.h>
+#include <fcntl.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/crypto.h>
 #include <gnutls/x509.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "log.h"
@@ -54,6 +56,17 @@ static int hexval(char c)
 	return -1;
 }
 
+/* GnuTLS says "Error while reading file." whatever the reason: the errno
+ * of opening the file, or NULL if it opens. */
+static const char *unreadable(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return strerror(errno);
+	close(fd);
+	return NULL;
+}
+
 int pd_tls_creds_load(struct pd_tls_creds **ret, const struct pd_config *c, char *err, size_t errlen)
 {
 	struct pd_tls_creds *cr = calloc(1, sizeof(*cr));
@@ -73,13 +86,24 @@ int pd_tls_creds_load(struct pd_tls_creds **ret, const struct pd_config *c, char
 	}
 	r = gnutls_certificate_set_x509_key_file(cr->x509, c->tls_cert, c->tls_key, GNUTLS_X509_FMT_PEM);
 	if (r < 0) {
-		snprintf(err, errlen, "tls-cert %s / tls-key %s: %s", c->tls_cert, c->tls_key, gnutls_strerror(r));
+		const char *why;
+		if ((why = unreadable(c->tls_cert)))
+			snprintf(err, errlen, "tls-cert %s cannot be read: %s", c->tls_cert, why);
+		else if ((why = unreadable(c->tls_key)))
+			snprintf(err, errlen, "tls-key %s cannot be read: %s", c->tls_key, why);
+		else
+			snprintf(err, errlen, "tls-cert %s / tls-key %s: %s", c->tls_cert, c->tls_key, gnutls_strerror(r));
 		goto fail;
 	}
 	if (c->tls_ca) {
 		r = gnutls_certificate_set_x509_trust_file(cr->x509, c->tls_ca, GNUTLS_X509_FMT_PEM);
 		if (r <= 0) {
-			snprintf(err, errlen, "tls-ca %s: %s", c->tls_ca, r == 0 ? "no certificate in it" : gnutls_strerror(r));
+			const char *why = unreadable(c->tls_ca);
+			if (why)
+				snprintf(err, errlen, "tls-ca %s cannot be read: %s", c->tls_ca, why);
+			else
+				snprintf(err, errlen, "tls-ca %s: %s", c->tls_ca,
+				         r == 0 ? "no certificate in it" : gnutls_strerror(r));
 			r = r == 0 ? GNUTLS_E_FILE_ERROR : r;
 			goto fail;
 		}
@@ -323,7 +347,14 @@ ssize_t pd_tls_read(struct pd_tls *t, uint8_t *out, size_t cap)
 		if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED)
 			return 0;
 		if (r < 0) {
-			snprintf(t->detail, sizeof(t->detail), "TLS handshake failed: %s", gnutls_strerror(r));
+			if (r == GNUTLS_E_CERTIFICATE_REQUIRED || r == GNUTLS_E_NO_CERTIFICATE_FOUND)
+				snprintf(t->detail, sizeof(t->detail), "TLS handshake failed: no client certificate, "
+				         "and tls-require-client-cert is on");
+			else
+				snprintf(t->detail, sizeof(t->detail), "TLS handshake failed: %s", gnutls_strerror(r));
+			/* The alert tells the client why ("certificate required"),
+			 * rather than a connection that just ends. */
+			gnutls_alert_send_appropriate(t->s, r);
 			return -EPROTO;
 		}
 		if (!peer_ok(t)) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "pd-config.h"
@@ -162,7 +163,14 @@ static int ini_cb(void *user, const char *section, const char *name, const char 
 		x->r = fail(x->msg, sizeof(x->msg), "unknown setting '%s'", name);
 		return 0;
 	}
-	x->r = set_opt(x->c, o, value, x->msg, sizeof(x->msg), "");
+	/* "concurrency = 4 # four": the inline comment is not the value */
+	char *v = strndup(value, pd_ini_value_len(value));
+	if (!v) {
+		x->r = fail(x->msg, sizeof(x->msg), "out of memory");
+		return 0;
+	}
+	x->r = set_opt(x->c, o, v, x->msg, sizeof(x->msg), "");
+	free(v);
 	return x->r == 0;
 }
 
@@ -321,6 +329,14 @@ int pd_milter_config_load(struct pd_milter_config **ret, int argc, char **argv, 
 		fail(err, errlen, "config %s: %s", file, strerror(-r));
 		pd_milter_config_free(c);
 		return r == -ENOMEM ? r : -EINVAL;
+	}
+	struct stat st;
+	if (f && fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+		/* fopen() takes a directory, and inih reads it as an empty file */
+		fclose(f);
+		fail(err, errlen, "config %s is a directory: give the file (such as %s/milter.conf)", file, file);
+		pd_milter_config_free(c);
+		return -EINVAL;
 	}
 	if (f) {
 		struct ini_ctx x = { .c = c, .err = err, .errlen = errlen };

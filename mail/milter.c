@@ -18,7 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sysexits.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,11 +29,6 @@
 #include "milter-config.h"
 #include "milter-hdr.h"
 #include "pdmail.h"
-
-#define EX_USAGE 64
-#define EX_SOFTWARE 70
-#define EX_OSERR 71
-#define EX_CONFIG 78
 
 #define IO_CHUNK (64u << 10)
 
@@ -685,6 +683,28 @@ static struct smfiDesc desc = {
 
 /* ---------------------------------------------------------------- */
 
+/* Whether a process accepts connections on the unix socket at path: 1 yes,
+ * 0 nobody (ECONNREFUSED: a stale socket, or none), -errno when that
+ * cannot be told.  libmilter's smfi_opensocket(true) removes any socket
+ * there, a live one too: asked first. */
+static int socket_answers(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int r, fd;
+	if (lstat(path, &st) < 0 || !S_ISSOCK(st.st_mode))
+		return 0; /* nothing there, or not a socket: libmilter's own check says so */
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
+		return -errno;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN || errno == EINPROGRESS)
+		r = 1;
+	else
+		r = errno == ECONNREFUSED || errno == ENOENT ? 0 : -errno;
+	close(fd);
+	return r;
+}
+
 static const char *unix_path(const char *listen)
 {
 	if (!strncmp(listen, "unix:", 5))
@@ -726,6 +746,15 @@ int main(int argc, char **argv)
 	 * to every read, also between the commands of an idle SMTP session,
 	 * and the MTA has its own milter_*_timeout; "timeout" is the daemon's. */
 	const char *path = unix_path(cfg->listen);
+	if (path && (r = socket_answers(path)) != 0) {
+		if (r > 0)
+			logf_("another pgpdecd-milter is listening on %s (it accepted a connection): stop it first, "
+			      "or listen elsewhere", path);
+		else
+			logf_("a socket exists at %s and whether a process answers on it cannot be told (connect: %s): "
+			      "remove it if it is stale", path, strerror(-r));
+		return r > 0 ? EX_UNAVAILABLE : EX_OSERR;
+	}
 	mode_t old = umask(0777 & ~cfg->socket_mode);
 	r = smfi_opensocket(true);
 	umask(old);

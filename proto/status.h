@@ -51,6 +51,7 @@ enum pd_status {
 #define PD_EXIT_IOERR 74
 #define PD_EXIT_TEMPFAIL 75
 #define PD_EXIT_NOPERM 77
+#define PD_EXIT_CONFIG 78
 
 /** The wire status for an engine or system error code (0 gives PD_ST_OK). */
 uint16_t pd_status_from_err(int err);

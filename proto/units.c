@@ -69,3 +69,16 @@ int pd_parse_bool(const char *s, bool *ret)
 		return -EINVAL;
 	return 0;
 }
+
+size_t pd_ini_value_len(const char *v)
+{
+	size_t n = 0;
+	for (size_t i = 0; v[i]; i++) {
+		if ((v[i] == '#' || v[i] == ';') && i && (v[i - 1] == ' ' || v[i - 1] == '\t'))
+			break;
+		n = i + 1;
+	}
+	while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+		n--;
+	return n;
+}

@@ -588,6 +588,12 @@ int main(int argc, char **argv)
 		uint8_t *data;
 		size_t len;
 		r = pd_read_file(o.keys[i], PD_TOOL_MAX_FILE, &data, &len);
+		if (r == -EISDIR) { /* a usage error: 2, as in --help */
+			fprintf(stderr, "pd-decrypt: %s is a directory: give the key files in it (one --key each)\n",
+			        o.keys[i]);
+			rc = EXIT_USAGE;
+			goto out;
+		}
 		if (r < 0) {
 			snprintf(detail, sizeof detail, "%s: %s", o.keys[i], strerror(-r));
 			rc = fail(r, detail);
@@ -620,6 +626,12 @@ int main(int argc, char **argv)
 			r = -errno;
 			snprintf(detail, sizeof detail, "%s: %s", o.in, strerror(errno));
 			rc = fail(r, detail);
+			goto out;
+		}
+		struct stat st;
+		if (fstat(in_fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+			fprintf(stderr, "pd-decrypt: %s is a directory: give a message file\n", o.in);
+			rc = EXIT_USAGE;
 			goto out;
 		}
 	} else {

@@ -157,7 +157,9 @@ def test_archive_pipe_needs_group_in_user(tmp_path, encrypt, accounts):
                         r".*dsn=(5\.\d\.\d), status=bounced \((.*)\)$")
         # 77 EX_NOPERM: pipe(8) bounces with 5.7.0
         assert m.group(1) == "5.7.0", m.group(0)
-        assert "Permission denied" in m.group(2), m.group(0)
+        # ... and says what to do: the directory, its group, PGPDECD_SOCKET
+        assert f"permission denied on {daemon.dir} (group {TEST_GROUP})" in m.group(2), m.group(0)
+        assert f"add your user to group {TEST_GROUP}" in m.group(2), m.group(0)
         dsn = pf.wait_delivered(1, recipient="alice@test.example")["alice@test.example"][0]
         assert b"archive-u@test.example" in dsn and b"5.7.0" in dsn, dsn
         assert list(archive.iterdir()) == []

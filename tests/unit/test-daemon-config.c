@@ -66,7 +66,7 @@ static void test_file_then_flags(void **state)
 	assert_int_equal(c->listen.n, 1); /* the command line's list replaces the file's */
 	assert_string_equal(c->listen.v[0], "unix:/c");
 	assert_int_equal(c->keys.n, 1);
-	assert_string_equal(c->keys.v[0], "k1");
+	assert_string_equal(c->keys.v[0], "/tmp/k1"); /* relative to the file's directory */
 	assert_int_equal(c->workers, 5);
 	assert_int_equal(c->queue_length, 7);
 	assert_int_equal(c->request_buffer, 64u << 10);
@@ -75,6 +75,38 @@ static void test_file_then_flags(void **state)
 	r = LOAD(&c, err, "-c", path);
 	assert_int_equal(r, 0);
 	assert_int_equal(c->listen.n, 2);
+	pd_config_free(c);
+	unlink(path);
+}
+
+/* Inline comments, and paths in the file relative to its directory (those
+ * of the command line stay as given). */
+static void test_comments_and_relative_paths(void **state)
+{
+	struct pd_config *c = NULL;
+	char err[256] = "";
+	char *path = write_ini("[pgpdecd]\nworkers = 3 # three\nqueue-length = 9\t; nine\n"
+	                       "key = keys/a.gpg # the key\nkey = /abs/b.gpg\nkeydir = kd\n"
+	                       "tls-pin = 01:23#not-a-comment\nlisten = unix:rel.sock ; here\n"
+	                       "listen = tcp:127.0.0.1:1\nallow-plain-tcp = yes\n");
+	int r = LOAD(&c, err, "--config", path, "--passphrase-file", "pass");
+	/* the pin does not parse: "#not-a-comment" is part of the value */
+	assert_true(r < 0);
+	assert_non_null(strstr(err, "01:23#not-a-comment"));
+	unlink(path);
+	path = write_ini("[pgpdecd]\nworkers = 3 # three\nqueue-length = 9\t; nine\n"
+	                 "key = keys/a.gpg # the key\nkey = /abs/b.gpg\nkeydir = kd\n"
+	                 "listen = unix:rel.sock ; here\nlisten = tcp:127.0.0.1:1\nallow-plain-tcp = yes\n");
+	r = LOAD(&c, err, "--config", path, "--passphrase-file", "pass");
+	assert_int_equal(r, 0);
+	assert_int_equal(c->workers, 3);
+	assert_int_equal(c->queue_length, 9);
+	assert_string_equal(c->keys.v[0], "/tmp/keys/a.gpg");
+	assert_string_equal(c->keys.v[1], "/abs/b.gpg");
+	assert_string_equal(c->keydir, "/tmp/kd");
+	assert_string_equal(c->listen.v[0], "unix:/tmp/rel.sock");
+	assert_string_equal(c->listen.v[1], "tcp:127.0.0.1:1");
+	assert_string_equal(c->passphrase_file, "pass");
 	pd_config_free(c);
 	unlink(path);
 }
@@ -101,6 +133,10 @@ static void test_errors(void **state)
 	expect_error(LOAD(&c, err, "--config", path, "--listen", "unix:/x", "--key", "k"), err, "queue-lenght");
 	unlink(path);
 	expect_error(LOAD(&c, err, "--config", "/nonexistent/pgpdecd.conf"), err, "/nonexistent/pgpdecd.conf");
+	assert_int_equal(LOAD(&c, err, "--config", "/tmp", "--listen", "unix:/x", "--key", "k"), -EISDIR);
+	expect_error(-EISDIR, err, "config /tmp is a directory");
+	expect_error(LOAD(&c, err, "--listen", "tcp:127.0.0.1:1", "--key", "k"), err, "allow-plain-tcp");
+	expect_error(LOAD(&c, err, "--listen", "unix:", "--key", "k"), err, "no socket path");
 	expect_error(LOAD(&c, err, "--listen", "unix:/x"), err, "no keys");
 	expect_error(LOAD(&c, err, "--key", "k"), err, "nothing to listen on");
 	expect_error(LOAD(&c, err, "--listen", "tcp:localhost", "--key", "k"), err, "tcp:HOST:PORT");
@@ -190,6 +226,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_flags_and_defaults),
 		cmocka_unit_test(test_file_then_flags),
+		cmocka_unit_test(test_comments_and_relative_paths),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_metrics_listen),
 		cmocka_unit_test(test_help),
