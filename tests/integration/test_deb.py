@@ -179,3 +179,78 @@ def test_lintian(debs):
     for l in lines:
         if l.startswith("W: "):
             print(l)
+
+
+# The purge test installs the real package with the real dpkg and apt-get,
+# not into this machine but into an overlay of its root file system, in a
+# mount namespace of its own (unshare): the maintainer scripts run against a
+# private copy of /etc, /var/lib/dpkg and /run, and nothing outside the
+# overlay's upper directory changes.
+PURGE_SCRIPT = r"""
+set -e
+deb=$1; key=$2
+step() { echo "== $*"; }
+step install
+dpkg -i "$deb" 2>&1
+test -d /run/pgpdecd && test -f /etc/pgpdecd/passphrase && test ! -s /etc/pgpdecd/passphrase
+getent passwd pgpdecd >/dev/null
+step purge-clean
+apt-get purge -y -q pgpdecd 2>&1
+if [ -e /etc/pgpdecd ]; then echo "LEFT: /etc/pgpdecd"; ls -la /etc/pgpdecd; fi
+if [ -e /run/pgpdecd ]; then echo "LEFT: /run/pgpdecd"; fi
+step install-again
+dpkg -i "$deb" 2>&1
+# what the administrator does: the keys, and the passphrase that unlocks them
+cp "$key" /etc/pgpdecd/keys.pgp
+echo 'a secret passphrase' > /etc/pgpdecd/passphrase
+chmod 600 /etc/pgpdecd/keys.pgp /etc/pgpdecd/passphrase
+step purge-with-keys
+apt-get purge -y -q pgpdecd 2>&1
+step after
+ls -A /etc/pgpdecd
+cmp "$key" /etc/pgpdecd/keys.pgp && echo "keys kept"
+test -e /run/pgpdecd || echo "run removed"
+test -e /etc/pgpdecd/pgpdecd.conf || echo "conffile removed"
+dpkg-query -W -f='${db:Status-Status}\n' pgpdecd 2>&1 || true
+"""
+
+
+def _in_overlay(tmp_path, script, *args):
+    upper, work, root = tmp_path / "upper", tmp_path / "work", tmp_path / "root"
+    for d in (upper, work, root):
+        d.mkdir()
+    (tmp_path / "script.sh").write_text(script)
+    outer = (f"mount -t overlay overlay -o lowerdir=/,upperdir={upper},workdir={work} {root} && "
+             f"mount --rbind /dev {root}/dev && mount -t proc proc {root}/proc && "
+             f"mount -t tmpfs tmpfs {root}/run && "
+             f"exec chroot {root} /bin/sh {tmp_path}/script.sh \"$@\"")
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", outer, "sh", *args],
+                          capture_output=True, text=True, timeout=600,
+                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8",
+                               "DEBIAN_FRONTEND": "noninteractive", "HOME": "/root"})
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="installs the package into an overlay of / in a mount namespace: needs root")
+def test_purge(debs, tmp_path):
+    """apt-get purge removes what the package made (/run/pgpdecd, the empty
+    passphrase file tmpfiles.d made, /etc/pgpdecd once empty) and says what
+    it leaves and why: the administrator's keys and passphrase, the user."""
+    key = SRC / "tests" / "data" / "keys" / "rsa2048.gpg"
+    r = _in_overlay(tmp_path, PURGE_SCRIPT, str(debs["pgpdecd"]), str(key))
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    (BUILD / "deb-purge.txt").write_text(out)
+    clean = out.split("== purge-clean", 1)[1].split("== install-again", 1)[0]
+    assert "LEFT:" not in clean, clean
+    # nothing the package made is left, so dpkg has nothing to warn about
+    assert "not empty so not removed" not in clean, clean
+    assert "the system user pgpdecd stays" in clean, clean
+    keys = out.split("== purge-with-keys", 1)[1].split("== after", 1)[0]
+    assert "purge left these in /etc/pgpdecd, as the package did not make them:" in keys, keys
+    assert "/etc/pgpdecd/keys.pgp" in keys and "/etc/pgpdecd/passphrase" in keys, keys
+    assert "remove them yourself" in keys, keys
+    after = out.split("== after", 1)[1]
+    assert sorted(after.split("keys kept")[0].split()) == ["keys.pgp", "passphrase"], after
+    assert "run removed" in after and "conffile removed" in after, after
+    assert "no packages found matching pgpdecd" in after, after  # purged: not even config-files
