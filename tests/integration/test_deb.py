@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: MIT
 """Debian packages: contrib/build-deb.sh builds them from a copy of the tree,
 each holds what it should (dpkg-deb -c), the maintainer scripts create the
-user and directories, and lintian reports no error.
+user and directories, lintian reports no error, and apt-get purge (run for
+real, in an overlay of /: test_purge) removes what the packages made and
+names what it leaves.
 
 Slow (a full package build, several minutes on a busy machine): skipped when
 PD_SKIP_DEB=1, and in sanitizer builds (check.sh's second pass).  Package
@@ -212,6 +214,14 @@ cmp "$key" /etc/pgpdecd/keys.pgp && echo "keys kept"
 test -e /run/pgpdecd || echo "run removed"
 test -e /etc/pgpdecd/pgpdecd.conf || echo "conffile removed"
 dpkg-query -W -f='${db:Status-Status}\n' pgpdecd 2>&1 || true
+step milter
+dpkg -i "$3" "$4" 2>&1
+# what systemd makes when the service runs (RuntimeDirectory=, CacheDirectory=)
+mkdir -p /run/pgpdecd-milter /var/cache/pgpdecd-milter
+apt-get purge -y -q pgpdecd-milter 2>&1
+for d in /run/pgpdecd-milter /var/cache/pgpdecd-milter /etc/pgpdecd/milter.conf; do
+	if [ -e $d ]; then echo "LEFT: $d"; fi
+done
 """
 
 
@@ -237,7 +247,8 @@ def test_purge(debs, tmp_path):
     passphrase file tmpfiles.d made, /etc/pgpdecd once empty) and says what
     it leaves and why: the administrator's keys and passphrase, the user."""
     key = SRC / "tests" / "data" / "keys" / "rsa2048.gpg"
-    r = _in_overlay(tmp_path, PURGE_SCRIPT, str(debs["pgpdecd"]), str(key))
+    r = _in_overlay(tmp_path, PURGE_SCRIPT, str(debs["pgpdecd"]), str(key), str(debs["libpdclient0"]),
+                    str(debs["pgpdecd-milter"]))
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     (BUILD / "deb-purge.txt").write_text(out)
@@ -250,7 +261,9 @@ def test_purge(debs, tmp_path):
     assert "purge left these in /etc/pgpdecd, as the package did not make them:" in keys, keys
     assert "/etc/pgpdecd/keys.pgp" in keys and "/etc/pgpdecd/passphrase" in keys, keys
     assert "remove them yourself" in keys, keys
-    after = out.split("== after", 1)[1]
+    after = out.split("== after", 1)[1].split("== milter", 1)[0]
     assert sorted(after.split("keys kept")[0].split()) == ["keys.pgp", "passphrase"], after
     assert "run removed" in after and "conffile removed" in after, after
     assert "no packages found matching pgpdecd" in after, after  # purged: not even config-files
+    milter = out.split("== milter", 1)[1]
+    assert "Purging configuration files for pgpdecd-milter" in milter and "LEFT:" not in milter, milter
