@@ -184,8 +184,10 @@ def test_second_milter_does_not_take_over_a_live_socket(tmp_path):
             s.connect(str(sock))  # the first one still answers
     finally:
         first.send_signal(signal.SIGTERM)
-        assert first.wait(60) == 0
+        rc = first.wait(60)
         log.close()
+        text = (tmp_path / "milter.log").read_text(errors="replace")
+        assert rc == 0 and not any(bad in text for bad in SANITIZER), text[-3000:]
 
 
 # --------------------------------------------------------------------------
@@ -461,8 +463,10 @@ def test_relative_paths_in_the_config_file(daemons, tmp_path):
         assert rc == 0 and out == b"hello", err
     finally:
         p.send_signal(signal.SIGTERM)
-        assert p.wait(60) == 0
+        rc = p.wait(60)
+        text = p.stdout.read().decode(errors="replace")
         p.stdout.close()
+        assert rc == 0 and not any(bad in text for bad in SANITIZER), text[-3000:]
     # --key on the command line: relative to the working directory.
     shutil.copy(KEY, other / "cli.gpg")
     d = daemons(key="cli.gpg", cwd=other).start()

@@ -354,6 +354,28 @@ static void test_unreachable(void **state)
 	assert_int_equal(pdc_exit_code(&e), 75);
 }
 
+/* The caller's own settings cannot work: 78 (EX_CONFIG), never "retry later". */
+static void test_config_errors(void **state)
+{
+	(void)state;
+	char path[200];
+	memset(path, 'x', sizeof(path) - 1);
+	path[0] = '/';
+	path[sizeof(path) - 1] = 0;
+	struct pdc_config cfg = { .socket_path = path };
+	struct pdc_conn *c = NULL;
+	struct pdc_result e;
+	assert_int_equal(pdc_connect(&c, &cfg, &e), -ENAMETOOLONG);
+	assert_int_equal(pdc_exit_code(&e), 78);
+	assert_non_null(strstr(e.sentence, "socket path longer than 107 bytes (199)"));
+	/* TLS files are loaded before connecting: port 1 is never tried */
+	struct pdc_config t = { .host = "127.0.0.1", .port = "1", .tls_ca = "/nonexistent/ca.pem" };
+	assert_int_equal(pdc_connect(&c, &t, &e), -EINVAL);
+	assert_int_equal(pdc_exit_code(&e), 78);
+	assert_non_null(strstr(e.sentence, "TLS CA file /nonexistent/ca.pem cannot be read: No such file"));
+	assert_null(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -363,6 +385,7 @@ int main(void)
 		cmocka_unit_test(test_idle_connection_closed_by_server),
 		cmocka_unit_test(test_hello_then_error),
 		cmocka_unit_test(test_unreachable),
+		cmocka_unit_test(test_config_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
