@@ -119,7 +119,8 @@ static void usage_text(FILE *f)
 "                           through by policy), 65 when a piece failed and\n"
 "                           --on-failure is reject, 69 when no key opens it and\n"
 "                           --on-no-key is reject, 75 when the daemon is\n"
-"                           unavailable (nothing is written then)\n"
+"                           unavailable, 78 when a setting of ours cannot work\n"
+"                           (nothing is written then)\n"
 "      --on-failure pass|reject\n"
 "                           a tampered, malformed or unsupported piece: pass the\n"
 "                           mail on with that piece as it was, tagged, or\n"
@@ -1202,6 +1203,12 @@ static int cmd_mime(const struct opts *o, int nfiles, char **files)
 	} else if (rep.verdict == PD_MAIL_WRITTEN || rep.verdict == PD_MAIL_HOLD) {
 		code = 0;
 		snprintf(why, sizeof(why), "%s", pd_mail_outcome_name(rep.outcome));
+	} else if (rep.verdict == PD_MAIL_TEMPFAIL && rep.outcome == PD_MAIL_UNAVAILABLE &&
+	           pdc_exit_code(&(struct pdc_result){ .err = rep.err }) == EX_CONFIG) {
+		/* our own settings (socket path, TLS files): retrying cannot help */
+		code = EX_CONFIG;
+		snprintf(why, sizeof(why), "not decrypted: a setting of the client cannot work (the same options "
+		         "with ping say which)");
 	} else {
 		code = rep.verdict == PD_MAIL_TEMPFAIL ? EX_TEMPFAIL : rep.n_failed ? EX_DATAERR : EX_UNAVAILABLE;
 		pd_mail_reason(&rep, why, sizeof(why));

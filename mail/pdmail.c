@@ -1372,6 +1372,7 @@ static void decide(struct run *r)
 			const struct pdc_result *res = &r->p[i].res;
 			rep->outcome = PD_MAIL_UNAVAILABLE;
 			rep->status = res->status;
+			rep->err = res->err;
 			snprintf(rep->status_name, sizeof(rep->status_name), "%s",
 			         res->errname[0] ? res->errname : "UNAVAILABLE");
 			rep->verdict = PD_MAIL_TEMPFAIL;

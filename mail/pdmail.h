@@ -90,6 +90,7 @@ struct pd_mail_report { /* public, by value */
 	uint8_t key_fpr[8][32];
 	bool mdc, aead;           /* integrity kinds seen among the decrypted pieces */
 	uint64_t bytes_in, bytes_out; /* mail octets read and written */
+	int err;                  /* PD_MAIL_UNAVAILABLE: the client's -errno (pdc_result.err), or 0 */
 };
 
 /** The default policy. */

@@ -248,6 +248,14 @@ def test_socket_path_too_long(tmp_path):
     rc, err = daemon_fails("--listen", f"unix:{long}", "--key", KEY)
     assert rc == 64, err
     assert f"socket path longer than 107 bytes ({len(long)})" in err, err
+    # --mime: the same code; its one line (it may reach a bounce) names no path
+    mail = tmp_path / "m.eml"
+    mail.write_bytes(b"From: a@example.org\nTo: b@example.org\nSubject: s\n\n-----BEGIN PGP MESSAGE-----\n\n"
+                     b"hQ==\n-----END PGP MESSAGE-----\n")
+    rc, err, out = client("--mime", "--socket", long, mail)
+    assert rc == 78 and out == b"", err
+    line = one_line(err)
+    assert "a setting of the client cannot work" in line and long not in line, line
 
 
 def test_plain_tcp_without_allow_plain_tcp(tmp_path):
