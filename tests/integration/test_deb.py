@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: MIT
 """Debian packages: contrib/build-deb.sh builds them from a copy of the tree,
 each holds what it should (dpkg-deb -c), the maintainer scripts create the
-user and directories, lintian reports no error, and apt-get purge (run for
-real, in an overlay of /: test_purge) removes what the packages made and
-names what it leaves.
+user and directories, lintian reports no error, and purging them (dpkg
+--purge, run for real in an overlay of /: test_purge) removes what they made
+and names what it leaves.
 
 Slow (a full package build, several minutes on a busy machine): skipped when
 PD_SKIP_DEB=1, and in sanitizer builds (check.sh's second pass).  Package
@@ -183,11 +183,13 @@ def test_lintian(debs):
             print(l)
 
 
-# The purge test installs the real package with the real dpkg and apt-get,
-# not into this machine but into an overlay of its root file system, in a
-# mount namespace of its own (unshare): the maintainer scripts run against a
+# The purge test installs the real package with the real dpkg, not into
+# this machine but into an overlay of its root file system, in a mount
+# namespace of its own (unshare): the maintainer scripts run against a
 # private copy of /etc, /var/lib/dpkg and /run, and nothing outside the
-# overlay's upper directory changes.
+# overlay's upper directory changes.  dpkg --purge is what apt-get purge
+# runs; apt-get itself would also configure whatever other package the
+# machine's own dpkg database has half-installed at that moment.
 PURGE_SCRIPT = r"""
 set -e
 deb=$1; key=$2
@@ -197,7 +199,7 @@ dpkg -i "$deb" 2>&1
 test -d /run/pgpdecd && test -f /etc/pgpdecd/passphrase && test ! -s /etc/pgpdecd/passphrase
 getent passwd pgpdecd >/dev/null
 step purge-clean
-apt-get purge -y -q pgpdecd 2>&1
+dpkg --purge pgpdecd 2>&1
 if [ -e /etc/pgpdecd ]; then echo "LEFT: /etc/pgpdecd"; ls -la /etc/pgpdecd; fi
 if [ -e /run/pgpdecd ]; then echo "LEFT: /run/pgpdecd"; fi
 step install-again
@@ -207,7 +209,7 @@ cp "$key" /etc/pgpdecd/keys.pgp
 echo 'a secret passphrase' > /etc/pgpdecd/passphrase
 chmod 600 /etc/pgpdecd/keys.pgp /etc/pgpdecd/passphrase
 step purge-with-keys
-apt-get purge -y -q pgpdecd 2>&1
+dpkg --purge pgpdecd 2>&1
 step after
 ls -A /etc/pgpdecd
 cmp "$key" /etc/pgpdecd/keys.pgp && echo "keys kept"
@@ -218,7 +220,7 @@ step milter
 dpkg -i "$3" "$4" 2>&1
 # what systemd makes when the service runs (RuntimeDirectory=, CacheDirectory=)
 mkdir -p /run/pgpdecd-milter /var/cache/pgpdecd-milter
-apt-get purge -y -q pgpdecd-milter 2>&1
+dpkg --purge pgpdecd-milter 2>&1
 for d in /run/pgpdecd-milter /var/cache/pgpdecd-milter /etc/pgpdecd/milter.conf; do
 	if [ -e $d ]; then echo "LEFT: $d"; fi
 done
@@ -243,9 +245,10 @@ def _in_overlay(tmp_path, script, *args):
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
                     reason="installs the package into an overlay of / in a mount namespace: needs root")
 def test_purge(debs, tmp_path):
-    """apt-get purge removes what the package made (/run/pgpdecd, the empty
-    passphrase file tmpfiles.d made, /etc/pgpdecd once empty) and says what
-    it leaves and why: the administrator's keys and passphrase, the user."""
+    """Purge (dpkg --purge, as apt-get purge runs it) removes what the
+    package made (/run/pgpdecd, the empty passphrase file tmpfiles.d made,
+    /etc/pgpdecd once empty) and says what it leaves and why: the
+    administrator's keys and passphrase, the user."""
     key = SRC / "tests" / "data" / "keys" / "rsa2048.gpg"
     r = _in_overlay(tmp_path, PURGE_SCRIPT, str(debs["pgpdecd"]), str(key), str(debs["libpdclient0"]),
                     str(debs["pgpdecd-milter"]))
