@@ -34,8 +34,10 @@ struct opt {
 static const struct opt opts[] = {
 	{ "listen", 'l', T_LIST, O(listen), "unix:PATH|tcp:HOST:PORT", "listen there (repeatable)" },
 	{ "key", 'k', T_LIST, O(keys), "FILE", "secret key file, binary or armored (repeatable)" },
-	{ "keydir", 0, T_STR, O(keydir), "DIR", "load every regular file in DIR as a key file" },
-	{ "passphrase-file", 0, T_STR, O(passphrase_file), "FILE", "first line unlocks protected keys" },
+	{ "keydir", 0, T_STR, O(keydir), "DIR", "load every regular file in DIR as a key file (not *.passphrase)" },
+	{ "passphrase-file", 0, T_STR, O(passphrase_file), "FILE", "first line unlocks protected keys without a passphrase of their own" },
+	{ "key-passphrase", 0, T_LIST, O(key_passphrases), "KEYFILE:PASSFILE", "passphrase of one key file (repeatable; else FILE.passphrase, else passphrase-file)" },
+	{ "strict-keys", 0, T_BOOL, O(strict_keys), "BOOL", "refuse to start or reload when a key is skipped as unusable (default no)" },
 	{ "workers", 'w', T_UINT, O(workers), "N", "decryption threads (default: one per CPU)" },
 	{ "rsa-backend", 0, T_STR, O(rsa_backend), "openssl|gcrypt", "RSA private-key backend" },
 	{ "secmem-size", 0, T_SIZE, O(secmem_size), "BYTES", "locked secure memory for keys (default 4M)" },
@@ -358,6 +360,12 @@ static int check(struct pd_config *c, char *err, size_t errlen)
 	}
 	if (!c->keys.n && !c->keydir)
 		return fail(err, errlen, "no keys: give --key FILE or --keydir DIR");
+	for (size_t i = 0; i < c->key_passphrases.n; i++) {
+		const char *kp = c->key_passphrases.v[i], *colon = strchr(kp, ':');
+		if (!colon || colon == kp || !colon[1])
+			return fail(err, errlen, "key-passphrase %s: want KEYFILE:PASSFILE (the key file's path "
+			            "has no colon)", kp);
+	}
 	if (c->workers > 256)
 		return fail(err, errlen, "workers: at most 256");
 	if (!c->queue_length || !c->max_connections || !c->max_requests_per_connection)

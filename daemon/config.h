@@ -3,9 +3,9 @@
  * pd_config: every setting of the daemon, from built-in defaults, then the
  * INI file (libinih), then the command line, in that order.  Every option
  * has the same name as an INI key and as a flag (`workers = 4` is
- * `--workers 4`).  List options (listen, key, tls-pin, allow-user,
- * allow-group) accumulate; a list given on the command line replaces the
- * file's.
+ * `--workers 4`).  List options (listen, key, key-passphrase, tls-pin,
+ * allow-user, allow-group) accumulate; a list given on the command line
+ * replaces the file's.
  *
  * The struct is public (plain data read by every daemon module); it is built
  * whole by pd_config_load() and never changed afterwards, so a reload builds
@@ -38,6 +38,8 @@ struct pd_config {
 	struct pd_strv keys;        /* secret key files */
 	char *keydir;               /* every regular file in it is a key file */
 	char *passphrase_file;      /* first line unlocks protected keys */
+	struct pd_strv key_passphrases; /* "KEYFILE:PASSFILE": one key file's own passphrase */
+	bool strict_keys;           /* a skipped (unusable) key fails the load */
 	unsigned workers;           /* 0 = one per CPU */
 	char *rsa_backend;          /* "default", "openssl", "gcrypt" */
 	size_t secmem_size;         /* secure memory bytes, libgcrypt's and OpenSSL's each */

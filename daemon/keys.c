@@ -1,9 +1,26 @@
 /* SPDX-License-Identifier: MIT */
-/* Key files -> an immutable, refcounted pd_keyring snapshot (see keys.h). */
+/*
+ * Key files -> an immutable, refcounted pd_keyring snapshot (see keys.h).
+ *
+ * Passphrases: each key file is unlocked with one passphrase, chosen so
+ * that a key directory can be systemd's credentials directory, where every
+ * credential is a flat file: the key-passphrase mapping for that file if
+ * there is one, else FILE.passphrase beside it if that exists, else the
+ * global passphrase-file.  Files ending in .passphrase are never key
+ * files.  A key the chosen passphrase does not unlock fails the load,
+ * naming the key file, the key and the passphrase file (never the
+ * passphrase): a start must not quietly lose a key to a typo.
+ *
+ * Unusable keys (unsupported, malformed, not OpenPGP) are skipped with a
+ * warning that names the reason; strict-keys makes any of them fail the
+ * load, and a load that leaves no decryption key fails anyway.
+ */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <gcrypt.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,12 +36,16 @@
 
 #define MAX_KEYFILE (1u << 20) /* a transferable secret key is a few KiB */
 #define MAX_PASS 4096
+#define PASS_SUFFIX ".passphrase"
 
 struct pd_keyset {
 	atomic_uint n_ref;
 	struct pd_keyring *kr;
 	size_t count;
 	char *listing;
+	char **files;  /* every file the load read: key files, passphrase files */
+	size_t nfiles;
+	char **src;    /* per key: the key file it came from */
 };
 
 /* Read a whole file into secure memory (key files may hold unprotected
@@ -90,23 +111,170 @@ static void free_secure(uint8_t *p, size_t len)
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* Files the configuration names for other purposes: a key directory may be
- * systemd's credentials directory, which also holds the passphrase and the
- * TLS files. */
-static bool is_other_file(const struct pd_config *c, const struct stat *st)
+static bool ends_with(const char *s, const char *suffix)
 {
-	const char *other[] = { c->passphrase_file, c->tls_key, c->tls_cert, c->tls_ca };
-	for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
-		struct stat o;
-		if (other[i] && stat(other[i], &o) == 0 && o.st_dev == st->st_dev && o.st_ino == st->st_ino)
-			return true;
+	size_t l = strlen(s), n = strlen(suffix);
+	return l >= n && strcmp(s + l - n, suffix) == 0;
+}
+
+static int strv_push(char ***v, size_t *n, const char *s)
+{
+	char **nv = *n < 100000 ? realloc(*v, (*n + 1) * sizeof(**v)) : NULL;
+	char *d = nv ? strdup(s) : NULL;
+	if (!d) {
+		if (nv)
+			*v = nv;
+		return -ENOMEM;
 	}
+	*v = nv;
+	(*v)[(*n)++] = d;
+	return 0;
+}
+
+static void strv_free(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* ------------------------------------------------------------------ */
+/* One load */
+
+struct ident {
+	dev_t dev;
+	ino_t ino;
+};
+
+/* key-passphrase = KEYFILE:PASSFILE, the key file identified by inode. */
+struct passmap {
+	struct ident key;
+	const char *keyname;  /* as written, for messages */
+	char *passfile;
+	bool used;
+};
+
+struct load {
+	const struct pd_config *c;
+	struct pd_keyset *ks;
+	char *err;
+	size_t errlen;
+	struct passmap *maps;
+	size_t nmaps;
+	struct ident *other;  /* files of the config that are not key files */
+	size_t nother;
+	uint8_t *gpass;       /* the passphrase-file's content */
+	size_t gpass_len, gpass_filelen;
+	const char *cur;      /* key file being loaded */
+	unsigned n_warned;    /* keys of cur skipped as unusable */
+	unsigned n_skipped;   /* unusable keys and key files, whole load */
+	char first_skip[512]; /* the first of them, for the final sentence */
+};
+
+static void note_skip(struct load *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note_skip(struct load *L, const char *fmt, ...)
+{
+	if (!L->n_skipped++) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(L->first_skip, sizeof(L->first_skip), fmt, ap);
+		va_end(ap);
+	}
+}
+
+static int fail(struct load *L, int r, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(struct load *L, int r, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(L->err, L->errlen, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+static bool same(const struct ident *a, const struct stat *st)
+{
+	return a->dev == st->st_dev && a->ino == st->st_ino;
+}
+
+static int add_ident(struct ident **v, size_t *n, const char *path)
+{
+	struct stat st;
+	if (!path || stat(path, &st) < 0)
+		return 0;
+	struct ident *nv = realloc(*v, (*n + 1) * sizeof(**v));
+	if (!nv)
+		return -ENOMEM;
+	*v = nv;
+	(*v)[(*n)++] = (struct ident){ st.st_dev, st.st_ino };
+	return 0;
+}
+
+/* Record a file the load read (once), for the reload's credentials note. */
+static int read_file_noted(struct load *L, const char *path)
+{
+	for (size_t i = 0; i < L->ks->nfiles; i++)
+		if (!strcmp(L->ks->files[i], path))
+			return 0;
+	return strv_push(&L->ks->files, &L->ks->nfiles, path);
+}
+
+/* The passphrase is the first line, without its line end. */
+static size_t first_line(const uint8_t *p, size_t n)
+{
+	size_t l = 0;
+	while (l < n && p[l] != '\n' && p[l] != '\r')
+		l++;
+	return l;
+}
+
+static int parse_maps(struct load *L)
+{
+	const struct pd_strv *kp = &L->c->key_passphrases;
+	if (!kp->n)
+		return 0;
+	L->maps = calloc(kp->n, sizeof(*L->maps));
+	if (!L->maps)
+		return fail(L, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < kp->n; i++) {
+		const char *colon = strchr(kp->v[i], ':'); /* checked by config.c */
+		struct passmap *m = &L->maps[L->nmaps];
+		char *key = strndup(kp->v[i], (size_t)(colon - kp->v[i]));
+		struct stat st;
+		if (!key || !(m->passfile = strdup(colon + 1))) {
+			free(key);
+			return fail(L, -ENOMEM, "out of memory");
+		}
+		L->nmaps++;
+		int r = stat(key, &st) < 0 ? -errno : 0;
+		if (r < 0) {
+			fail(L, r, "key-passphrase %s: %s is not a key file of key or keydir (%s)", kp->v[i], key,
+			     strerror(-r));
+			free(key);
+			return r;
+		}
+		free(key);
+		m->key = (struct ident){ st.st_dev, st.st_ino };
+		m->keyname = kp->v[i];
+		if (add_ident(&L->other, &L->nother, m->passfile) < 0)
+			return fail(L, -ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+static bool is_other(const struct load *L, const struct stat *st)
+{
+	for (size_t i = 0; i < L->nother; i++)
+		if (same(&L->other[i], st))
+			return true;
 	return false;
 }
 
-/* Regular files of dir, sorted; hidden files, editor backups and the
- * configuration's other files (is_other_file) skipped. */
-static int list_dir(const struct pd_config *c, const char *dir, char ***ret, size_t *ret_n)
+/* Regular files of dir, sorted.  Skipped: hidden files, editor backups,
+ * *.passphrase files, and the configuration's other files (passphrase,
+ * TLS and --key files): a key directory may be systemd's credentials
+ * directory, which holds all of them. */
+static int list_dir(struct load *L, const char *dir, char ***ret, size_t *ret_n)
 {
 	DIR *d = opendir(dir);
 	char **v = NULL;
@@ -117,13 +285,13 @@ static int list_dir(const struct pd_config *c, const char *dir, char ***ret, siz
 		return -errno;
 	while ((e = readdir(d))) {
 		size_t l = strlen(e->d_name);
-		if (e->d_name[0] == '.' || (l && e->d_name[l - 1] == '~'))
+		if (e->d_name[0] == '.' || (l && e->d_name[l - 1] == '~') || ends_with(e->d_name, PASS_SUFFIX))
 			continue;
 		char *p;
 		if (asprintf(&p, "%s/%s", dir, e->d_name) < 0)
 			goto nomem;
 		struct stat st;
-		if (stat(p, &st) < 0 || !S_ISREG(st.st_mode) || is_other_file(c, &st)) {
+		if (stat(p, &st) < 0 || !S_ISREG(st.st_mode) || is_other(L, &st)) {
 			free(p);
 			continue;
 		}
@@ -142,39 +310,44 @@ static int list_dir(const struct pd_config *c, const char *dir, char ***ret, siz
 	return 0;
 nomem:
 	closedir(d);
-	for (size_t i = 0; i < n; i++)
-		free(v[i]);
-	free(v);
+	strv_free(v, n);
 	return -ENOMEM;
 }
 
-static int add_file(struct pd_keyring *kr, const char *path, const char *pass, size_t passlen,
-                    char *err, size_t errlen)
+/* A FILE.passphrase in the key directory without its FILE: a typo the
+ * operator wants to hear about (that key would use passphrase-file). */
+static void warn_orphans(const char *dir)
 {
-	uint8_t *data = NULL;
-	size_t len = 0;
-	char detail[256] = "";
-	int r = read_secure(path, MAX_KEYFILE, &data, &len);
+	DIR *d = opendir(dir);
+	struct dirent *e;
 
-	if (r == -EISDIR) {
-		snprintf(err, errlen, "key file %s is a directory (use --keydir %s to load every file in it)", path, path);
-		return r;
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.' || !ends_with(e->d_name, PASS_SUFFIX))
+			continue;
+		char *p;
+		struct stat st;
+		if (asprintf(&p, "%s/%.*s", dir, (int)(strlen(e->d_name) - strlen(PASS_SUFFIX)), e->d_name) < 0)
+			break;
+		if (stat(p, &st) < 0)
+			pd_log_warn("SYS", "%s/%s: no key file %s beside it, not used", dir, e->d_name, p);
+		free(p);
 	}
-	if (r < 0) {
-		snprintf(err, errlen, "key file %s: %s", path, strerror(-r));
-		return r;
+	closedir(d);
+}
+
+/* The key ring reports each key it does not add. */
+static void on_skip(void *ctx, const struct pd_keyskip *s)
+{
+	struct load *L = ctx;
+	if (s->kind == PD_KEYSKIP_UNSUPPORTED || s->kind == PD_KEYSKIP_MALFORMED) {
+		pd_log_warn("SYS", "%s in %s skipped: %s", s->name, L->cur, s->reason);
+		note_skip(L, "%s in %s: %s", s->name, L->cur, s->reason);
+		L->n_warned++;
+	} else {
+		pd_log_debug("SYS", "%s in %s is not a decryption key: %s", s->name, L->cur, s->reason);
 	}
-	r = pd_keyring_add(kr, data, len, pass, passlen, detail, sizeof(detail));
-	free_secure(data, len);
-	if (r < 0) {
-		snprintf(err, errlen, "key file %s: %s%s%s", path, pd_strerror(r), *detail ? ": " : "", detail);
-		return r;
-	}
-	if (r == 0)
-		pd_log_warn("SYS", "key file %s holds no decryption-capable secret key", path);
-	else
-		pd_log_info("SYS", "key file %s: %d decryption key%s", path, r, r == 1 ? "" : "s");
-	return 0;
 }
 
 static void hex(char *out, const uint8_t *in, size_t n)
@@ -185,6 +358,147 @@ static void hex(char *out, const uint8_t *in, size_t n)
 		out[2 * i + 1] = d[in[i] & 15];
 	}
 	out[2 * n] = 0;
+}
+
+/* "RSA 2048", "ECDH brainpoolP256r1", "X25519" */
+static void describe(const struct pd_keyinfo *ki, char *out, size_t cap)
+{
+	if (!ki->curve[0])
+		snprintf(out, cap, "%s %u", pd_pk_name(ki->pk_algo), ki->bits);
+	else if (ki->pk_algo == 25 || ki->pk_algo == 26) /* X25519, X448: the algorithm is the curve */
+		snprintf(out, cap, "%s", pd_pk_name(ki->pk_algo));
+	else
+		snprintf(out, cap, "%s %s", pd_pk_name(ki->pk_algo), ki->curve);
+}
+
+/* Which passphrase unlocks key file path (st its inode): *ret_path is
+ * the file to read, NULL for passphrase-file (or none). */
+static int pass_source(struct load *L, const char *path, const struct stat *st, char **ret_path)
+{
+	struct stat ps;
+	char *p;
+
+	*ret_path = NULL;
+	for (size_t i = 0; i < L->nmaps; i++)
+		if (same(&L->maps[i].key, st)) {
+			L->maps[i].used = true;
+			return (*ret_path = strdup(L->maps[i].passfile)) ? 0 : -ENOMEM;
+		}
+	if (asprintf(&p, "%s%s", path, PASS_SUFFIX) < 0)
+		return -ENOMEM;
+	if (stat(p, &ps) == 0) {
+		*ret_path = p;
+		return 0;
+	}
+	int r = errno == ENOENT ? 0 : -errno;
+	if (r < 0)
+		fail(L, r, "passphrase file %s: %s", p, strerror(-r));
+	free(p);
+	return r;
+}
+
+static int add_file(struct load *L, const char *path)
+{
+	struct pd_keyset *ks = L->ks;
+	uint8_t *data = NULL, *own = NULL;
+	size_t len = 0, ownlen = 0, before = pd_keyring_count(ks->kr);
+	char detail[512] = "", *passpath = NULL, src[PATH_MAX + 32] = "";
+	const char *pass = (const char *)L->gpass;
+	size_t passlen = L->gpass_len;
+	struct stat st;
+	int r;
+
+	if (stat(path, &st) < 0) {
+		r = -errno;
+		return fail(L, r, "key file %s: %s", path, strerror(-r));
+	}
+	r = pass_source(L, path, &st, &passpath);
+	if (r < 0)
+		return r;
+	if (passpath) {
+		r = read_secure(passpath, MAX_PASS, &own, &ownlen);
+		if (r < 0) {
+			fail(L, r, "passphrase file %s (for %s): %s", passpath, path,
+			     r == -EFBIG ? "too large" : strerror(-r));
+			goto out;
+		}
+		if ((r = read_file_noted(L, passpath)) < 0)
+			goto nomem;
+		pass = (const char *)own;
+		passlen = first_line(own, ownlen);
+		snprintf(src, sizeof(src), " (passphrase %s)", passpath);
+	} else if (L->c->passphrase_file) {
+		snprintf(src, sizeof(src), " (passphrase %s)", L->c->passphrase_file);
+	}
+	r = read_secure(path, MAX_KEYFILE, &data, &len);
+	if (r == -EISDIR) {
+		fail(L, r, "key file %s is a directory (use --keydir %s to load every file in it)", path, path);
+		goto out;
+	}
+	if (r < 0) {
+		fail(L, r, "key file %s: %s", path, strerror(-r));
+		goto out;
+	}
+	if ((r = read_file_noted(L, path)) < 0)
+		goto nomem;
+	L->cur = path;
+	L->n_warned = 0;
+	r = pd_keyring_add_report(ks->kr, data, len, pass, passlen, on_skip, L, detail, sizeof(detail));
+	switch (r) {
+	case PD_ENEEDPASS:
+		fail(L, r, "key file %s: %s: put it in %s%s, or set passphrase-file or key-passphrase", path, detail,
+		     path, PASS_SUFFIX);
+		goto out;
+	case PD_EBADPASS:
+		fail(L, r, "key file %s: %s%s", path, detail, src);
+		goto out;
+	case PD_ENOSECRET: case PD_EUNSUPPORTED: case PD_EMALFORMED: case PD_ENOTPGP: case PD_ETRUNCATED:
+	case PD_ELIMIT:
+		/* Nothing of this file is used; the others may be. */
+		if (L->n_warned) {
+			pd_log_warn("SYS", "key file %s skipped: no usable secret decryption key", path);
+		} else {
+			pd_log_warn("SYS", "key file %s skipped: %s", path, detail);
+			note_skip(L, "key file %s: %s", path, detail);
+		}
+		r = 0;
+		goto out;
+	default:
+		break;
+	}
+	if (r < 0) {
+		fail(L, r, "key file %s: %s%s%s", path, pd_strerror(r), *detail ? ": " : "", detail);
+		goto out;
+	}
+	if (r == 0) {
+		pd_log_warn("SYS", "key file %s%s holds no decryption key that is not loaded already", path, src);
+		goto out;
+	}
+	pd_log_info("SYS", "key file %s%s: %d decryption key%s", path, src, r, r == 1 ? "" : "s");
+	char **nsrc = realloc(ks->src, (before + (size_t)r) * sizeof(*nsrc));
+	if (!nsrc)
+		goto nomem;
+	ks->src = nsrc;
+	for (size_t i = before; i < before + (size_t)r; i++) {
+		struct pd_keyinfo ki;
+		char fpr[65], what[48];
+		ks->src[i] = NULL;
+		if (pd_keyring_info(ks->kr, i, &ki) < 0)
+			continue;
+		ks->src[i] = strdup(path);
+		hex(fpr, ki.fpr, ki.fpr_len <= 32 ? ki.fpr_len : 32);
+		describe(&ki, what, sizeof(what));
+		pd_log_info("SYS", "loaded key %s (%s) from %s", fpr, what, path);
+	}
+	r = 0;
+	goto out;
+nomem:
+	r = fail(L, -ENOMEM, "out of memory");
+out:
+	free_secure(data, len);
+	free_secure(own, ownlen);
+	free(passpath);
+	return r;
 }
 
 static int build_listing(struct pd_keyset *ks)
@@ -213,12 +527,10 @@ static int build_listing(struct pd_keyset *ks)
 	return 0;
 }
 
-int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, char *err, size_t errlen)
+static int load(struct load *L)
 {
+	const struct pd_config *c = L->c;
 	enum pd_rsa_backend be = PD_RSA_DEFAULT;
-	struct pd_keyset *ks = NULL;
-	uint8_t *pass = NULL;
-	size_t passfile_len = 0, passlen = 0;
 	char **files = NULL;
 	size_t nfiles = 0;
 	int r;
@@ -227,67 +539,87 @@ int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, char *err,
 		be = PD_RSA_OPENSSL;
 	else if (c->rsa_backend && !strcmp(c->rsa_backend, "gcrypt"))
 		be = PD_RSA_GCRYPT;
+	if ((r = parse_maps(L)) < 0)
+		return r;
+	const char *others[] = { c->passphrase_file, c->tls_key, c->tls_cert, c->tls_ca };
+	for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++)
+		if (add_ident(&L->other, &L->nother, others[i]) < 0)
+			return fail(L, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < c->keys.n; i++) /* loaded as --key already */
+		if (add_ident(&L->other, &L->nother, c->keys.v[i]) < 0)
+			return fail(L, -ENOMEM, "out of memory");
 	if (c->passphrase_file) {
-		r = read_secure(c->passphrase_file, MAX_PASS, &pass, &passfile_len);
-		if (r < 0) {
-			snprintf(err, errlen, "passphrase file %s: %s", c->passphrase_file,
-			         r == -EFBIG ? "too large" : strerror(-r));
-			return r;
-		}
-		/* The passphrase is the first line, without its line end. */
-		while (passlen < passfile_len && pass[passlen] != '\n' && pass[passlen] != '\r')
-			passlen++;
-	}
-	r = -ENOMEM;
-	ks = calloc(1, sizeof(*ks));
-	if (!ks) {
-		snprintf(err, errlen, "out of memory");
-		goto out;
-	}
-	atomic_init(&ks->n_ref, 1);
-	r = pd_keyring_new(&ks->kr, be);
-	if (r < 0) {
-		snprintf(err, errlen, "key ring: %s", pd_strerror(r));
-		goto out;
-	}
-	for (size_t i = 0; i < c->keys.n; i++) {
-		r = add_file(ks->kr, c->keys.v[i], (const char *)pass, passlen, err, errlen);
+		r = read_secure(c->passphrase_file, MAX_PASS, &L->gpass, &L->gpass_filelen);
 		if (r < 0)
-			goto out;
+			return fail(L, r, "passphrase file %s: %s", c->passphrase_file,
+			            r == -EFBIG ? "too large" : strerror(-r));
+		L->gpass_len = first_line(L->gpass, L->gpass_filelen);
+		if (read_file_noted(L, c->passphrase_file) < 0)
+			return fail(L, -ENOMEM, "out of memory");
 	}
+	r = pd_keyring_new(&L->ks->kr, be);
+	if (r < 0)
+		return fail(L, r, "key ring: %s", pd_strerror(r));
+	for (size_t i = 0; i < c->keys.n; i++)
+		if ((r = add_file(L, c->keys.v[i])) < 0)
+			return r;
 	if (c->keydir) {
-		r = list_dir(c, c->keydir, &files, &nfiles);
-		if (r < 0) {
-			snprintf(err, errlen, "key directory %s: %s", c->keydir, strerror(-r));
-			goto out;
-		}
-		for (size_t i = 0; i < nfiles; i++) {
-			r = add_file(ks->kr, files[i], (const char *)pass, passlen, err, errlen);
-			if (r < 0)
-				goto out;
-		}
+		r = list_dir(L, c->keydir, &files, &nfiles);
+		if (r < 0)
+			return fail(L, r, "key directory %s: %s", c->keydir, strerror(-r));
+		warn_orphans(c->keydir);
+		for (size_t i = 0; i < nfiles && r == 0; i++)
+			r = add_file(L, files[i]);
+		strv_free(files, nfiles);
+		if (r < 0)
+			return r;
 	}
-	ks->count = pd_keyring_count(ks->kr);
-	if (!ks->count) {
-		r = PD_ENOSECRET;
-		snprintf(err, errlen, "no decryption-capable secret key was loaded");
-		goto out;
+	for (size_t i = 0; i < L->nmaps; i++)
+		if (!L->maps[i].used)
+			return fail(L, -EINVAL, "key-passphrase %s: not a key file of key or keydir", L->maps[i].keyname);
+	if (c->strict_keys && L->n_skipped) {
+		char more[64] = "";
+		if (L->n_skipped > 1)
+			snprintf(more, sizeof(more), " and %u more", L->n_skipped - 1);
+		return fail(L, PD_EUNSUPPORTED, "strict-keys: %s%s (remove the key or set strict-keys = no)",
+		            L->first_skip, more);
 	}
-	r = build_listing(ks);
-	if (r < 0) {
+	L->ks->count = pd_keyring_count(L->ks->kr);
+	if (!L->ks->count) {
+		if (L->n_skipped)
+			return fail(L, PD_ENOSECRET, "no usable decryption key was loaded: %s%s", L->first_skip,
+			            L->n_skipped > 1 ? " (and more, see the warnings above)" : "");
+		return fail(L, PD_ENOSECRET, "no usable decryption key was loaded%s%s",
+		            c->keydir && !c->keys.n ? ": no key file in " : "", c->keydir && !c->keys.n ? c->keydir : "");
+	}
+	if (build_listing(L->ks) < 0)
+		return fail(L, -ENOMEM, "out of memory");
+	return 0;
+}
+
+int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, char *err, size_t errlen)
+{
+	struct load L = { .c = c, .err = err, .errlen = errlen };
+	int r;
+
+	L.ks = calloc(1, sizeof(*L.ks));
+	if (!L.ks) {
 		snprintf(err, errlen, "out of memory");
-		goto out;
+		return -ENOMEM;
 	}
-	*ret = ks;
-	ks = NULL;
-	r = 0;
-out:
-	free_secure(pass, passfile_len);
-	for (size_t i = 0; i < nfiles; i++)
-		free(files[i]);
-	free(files);
-	pd_keyset_unref(ks);
-	return r;
+	atomic_init(&L.ks->n_ref, 1);
+	r = load(&L);
+	free_secure(L.gpass, L.gpass_filelen);
+	for (size_t i = 0; i < L.nmaps; i++)
+		free(L.maps[i].passfile);
+	free(L.maps);
+	free(L.other);
+	if (r < 0) {
+		pd_keyset_unref(L.ks);
+		return r;
+	}
+	*ret = L.ks;
+	return 0;
 }
 
 struct pd_keyset *pd_keyset_ref(struct pd_keyset *ks)
@@ -300,7 +632,13 @@ struct pd_keyset *pd_keyset_unref(struct pd_keyset *ks)
 {
 	if (!ks || atomic_fetch_sub_explicit(&ks->n_ref, 1, memory_order_acq_rel) != 1)
 		return NULL;
+	size_t nsrc = pd_keyring_count(ks->kr);
+	if (ks->src)
+		for (size_t i = 0; i < nsrc; i++)
+			free(ks->src[i]);
+	free(ks->src);
 	pd_keyring_free(ks->kr);
+	strv_free(ks->files, ks->nfiles);
 	free(ks->listing);
 	free(ks);
 	return NULL;
@@ -309,3 +647,86 @@ struct pd_keyset *pd_keyset_unref(struct pd_keyset *ks)
 const struct pd_keyring *pd_keyset_ring(const struct pd_keyset *ks) { return ks->kr; }
 size_t pd_keyset_count(const struct pd_keyset *ks) { return ks->count; }
 const char *pd_keyset_listing(const struct pd_keyset *ks) { return ks->listing; }
+
+const char *const *pd_keyset_files(const struct pd_keyset *ks, size_t *ret_n)
+{
+	*ret_n = ks->nfiles;
+	return (const char *const *)ks->files;
+}
+
+/* ------------------------------------------------------------------ */
+/* What a reload changed */
+
+struct fprent {
+	uint8_t len;
+	uint8_t fpr[32];
+	size_t idx;
+};
+
+static int cmp_fpr(const void *a, const void *b)
+{
+	const struct fprent *x = a, *y = b;
+	if (x->len != y->len)
+		return x->len < y->len ? -1 : 1;
+	return memcmp(x->fpr, y->fpr, x->len);
+}
+
+/* The keys of ks sorted by fingerprint (NULL on allocation failure). */
+static struct fprent *sorted(const struct pd_keyset *ks)
+{
+	struct fprent *v = calloc(ks->count ? ks->count : 1, sizeof(*v));
+	if (!v)
+		return NULL;
+	for (size_t i = 0; i < ks->count; i++) {
+		struct pd_keyinfo ki;
+		if (pd_keyring_info(ks->kr, i, &ki) == 0) {
+			v[i].len = ki.fpr_len <= 32 ? ki.fpr_len : 32;
+			memcpy(v[i].fpr, ki.fpr, v[i].len);
+		}
+		v[i].idx = i;
+	}
+	qsort(v, ks->count, sizeof(*v), cmp_fpr);
+	return v;
+}
+
+static void log_key(const struct pd_keyset *ks, const struct fprent *e, const char *what)
+{
+	struct pd_keyinfo ki;
+	char fpr[65], desc[48] = "";
+	hex(fpr, e->fpr, e->len);
+	if (pd_keyring_info(ks->kr, e->idx, &ki) == 0)
+		describe(&ki, desc, sizeof(desc));
+	pd_log_info("SYS", "reload: key %s %s (%s, %s)", fpr, what, desc,
+	            ks->src && ks->src[e->idx] ? ks->src[e->idx] : "?");
+}
+
+void pd_keyset_log_changes(const struct pd_keyset *old, const struct pd_keyset *new)
+{
+	struct fprent *a = sorted(old), *b = sorted(new);
+	size_t i = 0, j = 0, changed = 0;
+
+	if (!a || !b) {
+		free(a);
+		free(b);
+		return;
+	}
+	/* a merge of the two sorted lists */
+	while (i < old->count || j < new->count) {
+		int c = i == old->count ? 1 : j == new->count ? -1 : cmp_fpr(&a[i], &b[j]);
+		if (c < 0) {
+			log_key(old, &a[i++], "removed");
+			changed++;
+		} else if (c > 0) {
+			log_key(new, &b[j++], "added");
+			changed++;
+		} else {
+			i++;
+			j++;
+		}
+	}
+	if (!changed)
+		pd_log_info("SYS", "reload: keys unchanged (%zu decryption key%s)", new->count,
+		            new->count == 1 ? "" : "s");
+	free(a);
+	free(b);
+}

@@ -15,9 +15,12 @@ struct pd_config;
 struct pd_keyring;
 struct pd_keyset;
 
-/** Load every key file of the config (--key, --keydir), unlocking with the
- * passphrase file.  All or nothing: any failure leaves *ret untouched and
- * writes why to err.  Blocking: call from a helper thread or before the loop. */
+/** Load every key file of the config (--key, then --keydir), each unlocked
+ * with its passphrase (key-passphrase, FILE.passphrase, passphrase-file:
+ * see keys.c).  Unusable keys and files are skipped with a warning
+ * (strict-keys: they fail the load).  All or nothing: any failure, and a
+ * load that leaves no decryption key, leaves *ret untouched and writes why
+ * to err.  Blocking: call from a helper thread or before the loop. */
 int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, char *err, size_t errlen);
 /** Take a reference (any thread). */
 struct pd_keyset *pd_keyset_ref(struct pd_keyset *ks);
@@ -29,3 +32,9 @@ const struct pd_keyring *pd_keyset_ring(const struct pd_keyset *ks);
 size_t pd_keyset_count(const struct pd_keyset *ks);
 /** One line per key: "FPR ALGO BITS PRIMARY-FPR\n", NUL-terminated, owned by ks. */
 const char *pd_keyset_listing(const struct pd_keyset *ks);
+/** The files the load read (key files and passphrase files), in the order
+ * read, *ret_n of them; owned by ks. */
+const char *const *pd_keyset_files(const struct pd_keyset *ks, size_t *ret_n);
+/** Log which keys (by fingerprint) are in new and not in old ("added") and
+ * the other way ("removed"), or that the keys are unchanged.  No I/O. */
+void pd_keyset_log_changes(const struct pd_keyset *old, const struct pd_keyset *new);

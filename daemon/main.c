@@ -48,6 +48,7 @@ static struct {
 	struct pd_tls_creds *new_tls;
 	int reload_err;
 	char reload_msg[512];
+	char reload_note[1024];   /* the credentials warning, if any */
 	bool reloading;           /* the reload thread runs */
 	bool exiting;
 	bool drain_expired;
@@ -124,12 +125,75 @@ static void on_signal(uv_signal_t *h, int signum);
  * thread that exits, rather than libuv's pool, so that the crypto
  * libraries' per-thread state is released with it. */
 
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Files under $CREDENTIALS_DIRECTORY are the copies systemd made when the
+ * service started: a reload reads the same copies again, whatever became
+ * of their sources.  Names them in out ("" if none).  On the reload
+ * thread: realpath() looks at the file system. */
+static void credentials_note(const struct pd_keyset *ks, const struct pd_config *c, char *out, size_t cap)
+{
+	const char *dir = getenv("CREDENTIALS_DIRECTORY"), *extra[] = { c->tls_cert, c->tls_key, c->tls_ca,
+	                                                                c->config_file };
+	const char *path[64], *name[64];
+	size_t nfiles, n = 0, total = 0;
+	const char *const *files = pd_keyset_files(ks, &nfiles);
+	char *rp[64] = { 0 }, *rdir;
+
+	out[0] = 0;
+	if (!dir || !*dir || !(rdir = realpath(dir, NULL)))
+		return;
+	size_t rl = strlen(rdir);
+	for (size_t i = 0; i < nfiles + sizeof(extra) / sizeof(extra[0]); i++) {
+		const char *p = i < nfiles ? files[i] : extra[i - nfiles];
+		char *r = p ? realpath(p, NULL) : NULL;
+		if (r && strncmp(r, rdir, rl) == 0 && r[rl] == '/') {
+			if (n < 64) {
+				path[n] = p;
+				name[n] = r + rl + 1;
+				rp[n++] = r;
+				r = NULL;
+			}
+			total++;
+		}
+		free(r);
+	}
+	/* the unit's name: the credentials directory is named after it */
+	size_t dl = strlen(dir);
+	while (dl > 1 && dir[dl - 1] == '/')
+		dl--;
+	const char *unit = dir + dl;
+	while (unit > dir && unit[-1] != '/')
+		unit--;
+	int ul = (int)(dir + dl - unit);
+	if (total == 1) {
+		snprintf(out, cap, "reload re-read %s, a systemd credential: systemctl restart %.*s to pick up a "
+		         "changed source file", path[0], ul, unit);
+	} else if (total > 1) {
+		char list[512] = "";
+		size_t o = 0;
+		qsort(name, n, sizeof(name[0]), cmp_str);
+		for (size_t i = 0; i < n && o < sizeof(list); i++) {
+			int w = snprintf(list + o, sizeof(list) - o, "%s%s", i ? ", " : "", name[i]);
+			if (w < 0 || (size_t)w >= sizeof(list) - o)
+				break;
+			o += (size_t)w;
+		}
+		snprintf(out, cap, "reload re-read %zu systemd credentials in %.*s (%s%s): systemctl restart %.*s to "
+		         "pick up changed source files", total, (int)dl, dir, list, total > n ? ", ..." : "", ul, unit);
+	}
+	for (size_t i = 0; i < n; i++)
+		free(rp[i]);
+	free(rdir);
+}
+
 static void *reload_main(void *arg)
 {
 	(void)arg;
 	m.new_cfg = NULL;
 	m.new_keys = NULL;
 	m.reload_msg[0] = 0;
+	m.reload_note[0] = 0;
 	m.reload_err = pd_config_load(&m.new_cfg, m.argc, m.argv, m.reload_msg, sizeof(m.reload_msg));
 	if (m.reload_err == 0)
 		m.reload_err = pd_keyset_load(&m.new_keys, m.new_cfg, m.reload_msg, sizeof(m.reload_msg));
@@ -139,6 +203,8 @@ static void *reload_main(void *arg)
 		if (m.reload_err < 0)
 			m.new_keys = pd_keyset_unref(m.new_keys);
 	}
+	if (m.reload_err == 0)
+		credentials_note(m.new_keys, m.new_cfg, m.reload_note, sizeof(m.reload_note));
 	uv_async_send(&m.reload_async);
 	return NULL;
 }
@@ -171,6 +237,9 @@ static void reload_done(uv_async_t *h)
 			pd_log_warn("SYS", "reload: listen, workers, secmem-size and metrics-listen take effect at restart only");
 		pd_d.cfg = m.new_cfg;
 		pd_config_free(old);
+		pd_keyset_log_changes(pd_d.keys, m.new_keys);
+		if (m.reload_note[0])
+			pd_log_warn("SYS", "%s", m.reload_note);
 		pd_keyset_unref(pd_d.keys);
 		pd_d.keys = m.new_keys;
 		if (m.new_tls) { /* sessions keep the credentials they started with */

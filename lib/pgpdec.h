@@ -137,15 +137,62 @@ PD_API int pd_keyring_new(struct pd_keyring **ret, enum pd_rsa_backend backend);
 /** Free a key ring (wipes secrets); accepts NULL, returns NULL. */
 PD_API struct pd_keyring *pd_keyring_free(struct pd_keyring *kr);
 /** Add every secret key in data (binary or armored, several keys allowed),
- * unlocking protected ones with pass (may be NULL).  Returns the number of
- * decryption-capable secret (sub)keys added (keys already held are skipped,
- * so 0 is possible), or a negative error: PD_ENEEDPASS, PD_EBADPASS,
- * PD_ENOSECRET (nothing usable: public keys, stubs, signing-only keys),
- * PD_EUNSUPPORTED (only unsupported versions, e.g. LibrePGP v5),
- * PD_EMALFORMED (also: secret does not match its public key).  On error
- * nothing is added.  detail (may be NULL) receives a sentence. */
+ * unlocking protected ones with pass (may be NULL).  A decryption key is a
+ * secret (sub)key of an encryption algorithm whose key flags (RFC 9580
+ * 5.2.3.29: the subkey binding signature for a subkey, the direct-key or
+ * primary User ID self-signature for a primary key) allow encryption
+ * (0x04 or 0x08); a key without any Key Flags subpacket counts as one, as
+ * in GnuPG.  Self-signatures are read, not verified: the operator vouches
+ * for the key file.  Expiry and revocation are not looked at (messages
+ * written before still decrypt, as with gpg).
+ *
+ * A key packet that cannot be used is skipped, the rest of the file goes
+ * on: unsupported versions (v3, LibrePGP v5), algorithms (ML-KEM, ...),
+ * curves (secp256k1, SM2, ...), a v6 key with a legacy Curve25519/Ed25519
+ * OID (RFC 9580 9.2), a malformed packet, a secret that does not match
+ * its public key.  pd_keyring_add_report() says which and why.
+ *
+ * Returns the number of decryption keys added (keys already held are
+ * skipped, so 0 is possible), or a negative error, and then nothing is
+ * added: PD_ENEEDPASS, PD_EBADPASS (a protected decryption key, no or the
+ * wrong passphrase), PD_ENOTPGP, PD_EMALFORMED or PD_ETRUNCATED (the file
+ * is not a packet sequence), or, when no decryption key is in it at all,
+ * PD_EUNSUPPORTED or PD_EMALFORMED (after skipped keys of that kind) or
+ * PD_ENOSECRET (public keys, stubs, signing keys).  detail (may be NULL)
+ * receives a sentence naming the key (fingerprint) and the reason. */
 PD_API int pd_keyring_add(struct pd_keyring *kr, const uint8_t *data, size_t len,
                           const char *pass, size_t passlen, char *detail, size_t detail_len);
+
+/* Why a secret key packet was not added. */
+enum pd_keyskip_kind {
+	PD_KEYSKIP_UNSUPPORTED = 1,    /* version, algorithm, curve or parameters not supported */
+	PD_KEYSKIP_MALFORMED = 2,      /* the packet does not parse, or its secret does not match */
+	PD_KEYSKIP_NOT_ENCRYPTION = 3, /* a signing key, by its algorithm or its key flags */
+	PD_KEYSKIP_NO_SECRET = 4,      /* a stub: gnu-dummy S2K, divert-to-card */
+};
+
+struct pd_keyskip { /* public, by value; valid during the callback only */
+	enum pd_keyskip_kind kind;
+	bool primary;          /* a primary key packet (tag 5), else a subkey (tag 7) */
+	uint8_t version;       /* key packet version: 3, 4, 5, 6, ... */
+	uint8_t pk_algo;       /* 0 when the packet is too short to tell */
+	uint8_t fpr_len;       /* 20 or 32, or 0 when it cannot be computed */
+	uint8_t fpr[32];
+	bool has_keyid;        /* keyid is known (v3: from the RSA modulus) */
+	uint8_t keyid[8];
+	const char *name;      /* how sentences name it: "key FPR", "key ID KEYID", "the v4 key
+	                        * packet at offset N" */
+	const char *reason;    /* e.g. "unsupported curve secp256k1"; never key material */
+};
+
+/** Called once for each secret key packet pd_keyring_add_report() does not
+ * add (keys already held aside), also when the call fails afterwards. */
+typedef void pd_keyskip_fn(void *ctx, const struct pd_keyskip *skip);
+
+/** pd_keyring_add(), telling report (may be NULL) about every key skipped. */
+PD_API int pd_keyring_add_report(struct pd_keyring *kr, const uint8_t *data, size_t len,
+                                 const char *pass, size_t passlen, pd_keyskip_fn *report, void *ctx,
+                                 char *detail, size_t detail_len);
 /** Number of decryption-capable secret (sub)keys held. */
 PD_API size_t pd_keyring_count(const struct pd_keyring *kr);
 /** The RSA backend its keys use (PD_RSA_DEFAULT resolved at pd_keyring_new). */

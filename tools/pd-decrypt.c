@@ -112,6 +112,14 @@ static int parse_u64(const char *s, uint64_t *ret)
 	return 0;
 }
 
+/* A key the engine did not load: said on stderr, as the daemon logs it
+ * (a file left with no decryption key at all is still an error here). */
+static void on_skip(void *ctx, const struct pd_keyskip *s)
+{
+	if (s->kind == PD_KEYSKIP_UNSUPPORTED || s->kind == PD_KEYSKIP_MALFORMED)
+		fprintf(stderr, "pd-decrypt: warning: %s in %s skipped: %s\n", s->name, (const char *)ctx, s->reason);
+}
+
 /* First line of a file, without its line ending: passphrases and passwords. */
 static int read_secret_line(const char *path, char **ret, size_t *ret_len)
 {
@@ -600,7 +608,8 @@ int main(int argc, char **argv)
 			goto out;
 		}
 		char kd[512] = "";
-		r = pd_keyring_add(kr, data, len, passphrase, passphrase_len, kd, sizeof kd);
+		r = pd_keyring_add_report(kr, data, len, passphrase, passphrase_len, on_skip, (void *)o.keys[i], kd,
+		                          sizeof kd);
 		explicit_bzero(data, len);
 		free(data);
 		if (r < 0) {

@@ -2,13 +2,19 @@
 /*
  * The key ring: transferable secret keys (RFC 9580 §10.2) parsed, unlocked
  * once with the passphrase, validated against their public halves and kept
- * in load order.  Only decryption-capable (sub)keys are kept; signing-only
- * keys are parsed so that their fingerprints (primary_fpr of the subkeys
- * that follow) are known.  User IDs, signatures and trust packets are
- * skipped unverified: the operator vouches for the key file.
+ * in load order.  Only decryption keys are kept: an encryption algorithm,
+ * and key flags that allow encryption (or no key flags at all, as in
+ * legacy keys).  Signing keys are parsed so that their fingerprints
+ * (primary_fpr of the subkeys that follow) are known.  Signatures are read
+ * for their Key Flags and never verified, user IDs and trust packets are
+ * skipped: the operator vouches for the key file.
  *
- * pd_keyring_add() is all or nothing: keys are collected in a batch and
- * appended only when the whole input parsed and unlocked.
+ * A key packet that cannot be used (unsupported version, algorithm, curve
+ * or parameters, malformed contents) is skipped and reported, and the rest
+ * of the file goes on; what breaks the packet framing, a missing or wrong
+ * passphrase and resource errors fail the call.  pd_keyring_add() is all or
+ * nothing: keys are collected in a batch and appended only when the whole
+ * input parsed and unlocked.
  */
 #include <gcrypt.h>
 
@@ -47,6 +53,14 @@ struct batch {
 	size_t n, cap;
 };
 
+/* A packet of the key file, framed before anything is parsed. */
+struct pktref {
+	const uint8_t *body;
+	size_t len;
+	size_t start;  /* offset of its header */
+	uint8_t tag;
+};
+
 /* Per-call parse context. */
 struct ctx {
 	const struct pd_keyring *kr;
@@ -54,13 +68,21 @@ struct ctx {
 	size_t passlen;
 	char *detail;
 	size_t detail_len;
+	pd_keyskip_fn *report;
+	void *report_ctx;
+	const struct pktref *pk;
+	size_t sig_from, sig_to; /* the packets after the key packet being parsed */
 	uint8_t primary_fpr[32];
 	uint8_t primary_fpr_len;
-	unsigned n_secret;       /* secret key packets seen */
-	unsigned n_stub;         /* without secret (gnu-dummy, card) */
-	unsigned n_unsupported;  /* skipped: unknown version or algorithm */
-	unsigned n_signing;      /* signing-only secret keys */
+	char why[160];           /* why the key packet being parsed is skipped */
+	bool kid_known;          /* its key ID is known (v3: from the modulus) */
+	uint8_t kid[8];
 	unsigned n_dup;          /* decryption keys already held */
+	unsigned n_skip;         /* key packets skipped, any reason */
+	unsigned n_warn;         /* ... unsupported or malformed */
+	int warn_err;            /* PD_EUNSUPPORTED or PD_EMALFORMED of the first of those */
+	char first_warn[240];    /* "key FPR: reason" of the first unsupported or malformed key */
+	char first_other[240];   /* ... of the first signing key or stub */
 };
 
 /* ------------------------------------------------------------------ */
@@ -187,9 +209,85 @@ static unsigned curve_bits(enum pd_curve c)
 	}
 }
 
+/* Curves pgpdecd has no arithmetic for, named so that a skipped key says
+ * which one it is. */
+static const struct { uint8_t len; uint8_t oid[10]; const char *name; } other_curves[] = {
+	{ 5, { 0x2B, 0x81, 0x04, 0x00, 0x0A }, "secp256k1" },
+	{ 8, { 0x2A, 0x81, 0x1C, 0xCF, 0x55, 0x01, 0x82, 0x2D }, "SM2 (1.2.156.10197.1.301)" },
+	{ 3, { 0x2B, 0x65, 0x6F }, "X448 with an ECDH OID (1.3.101.111)" },
+	{ 3, { 0x2B, 0x65, 0x71 }, "Ed448 with an OID (1.3.101.113)" },
+};
+
+/* Dotted form of a DER OID body, or as much of it as fits. */
+static void oid_text(char *out, size_t cap, const uint8_t *oid, size_t len)
+{
+	size_t o = 0;
+	uint64_t v = 0;
+	bool first = true;
+
+	out[0] = 0;
+	for (size_t i = 0; i < len; i++) {
+		v = (v << 7) | (oid[i] & 0x7F);
+		if (v > UINT32_MAX)
+			return;
+		if (oid[i] & 0x80)
+			continue;
+		int n = first ? snprintf(out + o, cap - o, "%u.%u", v < 80 ? (unsigned)(v / 40) : 2,
+		                         v < 80 ? (unsigned)(v % 40) : (unsigned)(v - 80))
+		              : snprintf(out + o, cap - o, ".%u", (unsigned)v);
+		if (n < 0 || (size_t)n >= cap - o)
+			return;
+		o += (size_t)n;
+		first = false;
+		v = 0;
+	}
+}
+
+static void curve_text(char *out, size_t cap, const uint8_t *oid, size_t len)
+{
+	for (size_t i = 0; i < PD_ARRAY_SIZE(other_curves); i++)
+		if (other_curves[i].len == len && memcmp(other_curves[i].oid, oid, len) == 0) {
+			snprintf(out, cap, "%s", other_curves[i].name);
+			return;
+		}
+	char dotted[64];
+	oid_text(dotted, sizeof(dotted), oid, len);
+	snprintf(out, cap, "with the OID %s", dotted[0] ? dotted : "(malformed)");
+}
+
+/* Public-key algorithms that are not RFC 9580's, as a skipped key names
+ * them (draft-ietf-openpgp-pqc for 30-36, LibrePGP for 8). */
+static const char *other_algo_name(int a)
+{
+	switch (a) {
+	case 8: return "Kyber (LibrePGP)";
+	case 20: return "ElGamal encrypt-or-sign, withdrawn";
+	case 21: return "X9.42 Diffie-Hellman, reserved";
+	case 30: return "ML-DSA-65+Ed25519";
+	case 31: return "ML-DSA-87+Ed448";
+	case 32: return "SLH-DSA-SHAKE-128s";
+	case 33: return "SLH-DSA-SHAKE-128f";
+	case 34: return "SLH-DSA-SHAKE-256s";
+	case 35: return "ML-KEM-768+X25519";
+	case 36: return "ML-KEM-1024+X448";
+	default: return a >= 100 && a <= 110 ? "private or experimental" : "unknown";
+	}
+}
+
+/* Algorithms whose public fields parse_public() knows how to skip: for
+ * the others the end of the public part, hence a v4 fingerprint, is not
+ * known. */
+static bool is_known_algo(int a)
+{
+	return a == PD_PK_RSA || a == PD_PK_RSA_E || a == PD_PK_RSA_S || a == PD_PK_ELGAMAL ||
+	       a == PD_PK_DSA || a == PD_PK_ECDH || a == PD_PK_ECDSA || a == PD_PK_EDDSA_LEGACY ||
+	       a == PD_PK_X25519 || a == PD_PK_X448 || a == PD_PK_ED25519 || a == PD_PK_ED448;
+}
+
 /* Public fields of algorithm a; fills k (public MPIs, curve, q, kdf) for
- * decryption algorithms.  Unknown algorithm: PD_EUNSUPPORTED. */
-static int parse_public(struct rd *r, struct pd_key *k, bool strict)
+ * decryption algorithms.  PD_EUNSUPPORTED (unknown algorithm, curve or
+ * KDF parameters) and PD_EMALFORMED say why in why[]. */
+static int parse_public(struct rd *r, struct pd_key *k, bool strict, char *why, size_t whylen)
 {
 	const uint8_t *v;
 	size_t n;
@@ -227,13 +325,14 @@ static int parse_public(struct rd *r, struct pd_key *k, bool strict)
 		return 0;
 	case PD_PK_ECDH: case PD_PK_ECDSA: case PD_PK_EDDSA_LEGACY: {
 		const uint8_t *oid;
-		if ((e = rd_u8(r, &b)))
+		uint8_t oidlen;
+		if ((e = rd_u8(r, &oidlen)))
 			return e;
-		if (b == 0 || b == 0xFF)
-			return PD_EMALFORMED;
-		if ((e = rd_bytes(r, b, &oid)))
+		if (oidlen == 0 || oidlen == 0xFF)
+			return pd_fail(why, whylen, PD_EMALFORMED, "curve OID of length %u", oidlen);
+		if ((e = rd_bytes(r, oidlen, &oid)))
 			return e;
-		k->curve = pd_curve_from_oid(oid, b);
+		k->curve = pd_curve_from_oid(oid, oidlen);
 		if ((e = rd_mpi(r, false, &v, &n)))
 			return e;
 		if (k->pk_algo == PD_PK_ECDH) {
@@ -241,18 +340,28 @@ static int parse_public(struct rd *r, struct pd_key *k, bool strict)
 			if ((e = rd_u8(r, &b)))
 				return e;
 			if (b < 3 || (e = rd_bytes(r, b, &kdf)))
-				return e ? e : PD_EMALFORMED;
+				return e ? e : pd_fail(why, whylen, PD_EMALFORMED, "ECDH KDF parameters too short");
+			/* The public part is complete here: what follows only
+			 * says whether we can use it. */
+			if (k->curve == PD_CURVE_NONE) {
+				char name[96];
+				curve_text(name, sizeof(name), oid, oidlen);
+				return pd_fail(why, whylen, PD_EUNSUPPORTED, "unsupported curve %s", name);
+			}
+			if (k->curve == PD_CURVE_ED25519_LEGACY)
+				return pd_fail(why, whylen, PD_EUNSUPPORTED, "ECDH with the Ed25519 (signing) curve");
 			if (kdf[0] != 1)
-				return PD_EUNSUPPORTED;
+				return pd_fail(why, whylen, PD_EUNSUPPORTED, "unsupported ECDH KDF parameters version %u",
+				               kdf[0]);
 			k->kdf_hash = kdf[1];
 			k->kdf_kek = kdf[2];
 			if (!pd_hash_len(k->kdf_hash) || pd_hash_len(k->kdf_hash) < 32 ||
 			    (k->kdf_kek != 7 && k->kdf_kek != 8 && k->kdf_kek != 9))
-				return PD_EUNSUPPORTED;
-			if (k->curve == PD_CURVE_NONE || k->curve == PD_CURVE_ED25519_LEGACY)
-				return PD_EUNSUPPORTED;
+				return pd_fail(why, whylen, PD_EUNSUPPORTED,
+				               "unsupported ECDH KDF (hash %u, key wrap cipher %u)", k->kdf_hash,
+				               k->kdf_kek);
 			if (n > sizeof(k->q))
-				return PD_EMALFORMED;
+				return pd_fail(why, whylen, PD_EMALFORMED, "ECDH public point too long");
 			memcpy(k->q, v, n);
 			k->q_len = n;
 		}
@@ -272,7 +381,8 @@ static int parse_public(struct rd *r, struct pd_key *k, bool strict)
 		return 0;
 	}
 	default:
-		return PD_EUNSUPPORTED;
+		return pd_fail(why, whylen, PD_EUNSUPPORTED, "unsupported public-key algorithm %u (%s)", k->pk_algo,
+		               other_algo_name(k->pk_algo));
 	}
 }
 
@@ -288,7 +398,8 @@ static void fingerprint(struct pd_key *k, const uint8_t *body, size_t publen)
 			return;
 		gcry_md_write(h, hdr, 3);
 	} else {
-		hdr[0] = 0x9B;
+		/* v6; v5 (LibrePGP, only to name a skipped key) hashes the same way with 0x9A. */
+		hdr[0] = k->version == 5 ? 0x9A : 0x9B;
 		pd_put_be32(hdr + 1, (uint32_t)publen);
 		if (gcry_md_open(&h, GCRY_MD_SHA256, 0))
 			return;
@@ -525,36 +636,288 @@ out:
 	return r;
 }
 
-static const char *keyid_hex(const struct pd_key *k, char buf[17])
+/* ------------------------------------------------------------------ */
+/* Skipped keys: named, counted, reported. */
+
+static void fpr_hex(const struct pd_key *k, char buf[65])
 {
-	pd_hex(buf, k->keyid, 8);
-	return buf;
+	pd_hex(buf, k->fpr, k->fpr_len <= 32 ? k->fpr_len : 32);
 }
 
-/* One secret key packet (tag 5 or 7).  *ret is the key if it is a usable
- * decryption key, NULL if it was parsed but is not kept. */
-static int parse_secret_key(struct ctx *c, uint8_t tag, const uint8_t *body, size_t blen, struct pd_key **ret)
+/* Report key packet k (parsed as far as it went) as not added, for the
+ * reason in c->why. */
+static void skip(struct ctx *c, enum pd_keyskip_kind kind, uint8_t tag, const struct pd_key *k, size_t start)
+{
+	struct pd_keyskip s = { .kind = kind, .primary = tag == 5, .version = k->version,
+	                        .pk_algo = k->pk_algo, .fpr_len = k->fpr_len <= 32 ? k->fpr_len : 0,
+	                        .has_keyid = k->fpr_len || c->kid_known, .reason = c->why };
+	char name[96], hex[65];
+
+	memcpy(s.fpr, k->fpr, sizeof(s.fpr));
+	memcpy(s.keyid, k->fpr_len ? k->keyid : c->kid, 8);
+	if (s.fpr_len) {
+		pd_hex(hex, s.fpr, s.fpr_len);
+		snprintf(name, sizeof(name), "key %s", hex);
+	} else if (s.has_keyid) {
+		pd_hex(hex, s.keyid, 8);
+		snprintf(name, sizeof(name), "key ID %s", hex);
+	} else if (k->version) {
+		snprintf(name, sizeof(name), "the v%u key packet at offset %zu", k->version, start);
+	} else {
+		snprintf(name, sizeof(name), "the key packet at offset %zu", start);
+	}
+	s.name = name;
+	if (!c->why[0])
+		snprintf(c->why, sizeof(c->why), "%s", kind == PD_KEYSKIP_MALFORMED ? "malformed key packet" : "not supported");
+	c->n_skip++;
+	if (kind == PD_KEYSKIP_UNSUPPORTED || kind == PD_KEYSKIP_MALFORMED) {
+		if (!c->n_warn++) {
+			c->warn_err = kind == PD_KEYSKIP_MALFORMED ? PD_EMALFORMED : PD_EUNSUPPORTED;
+			snprintf(c->first_warn, sizeof(c->first_warn), "%s: %s", name, c->why);
+		}
+	} else if (!c->first_other[0]) {
+		snprintf(c->first_other, sizeof(c->first_other), "%s: %s", name, c->why);
+	}
+	if (c->report)
+		c->report(c->report_ctx, &s);
+}
+
+static void set_primary(struct ctx *c, uint8_t tag, const struct pd_key *k)
+{
+	if (tag != 5 || !k->fpr_len)
+		return;
+	memcpy(c->primary_fpr, k->fpr, k->fpr_len);
+	c->primary_fpr_len = k->fpr_len;
+}
+
+/* Key packets of versions that are not loaded, named as well as they can
+ * be: v3 by the key ID in its RSA modulus, LibrePGP v5 by its fingerprint. */
+static int other_version(struct ctx *c, struct pd_key *k, const uint8_t *body, size_t blen)
+{
+	struct rd r = { body, blen, 1 };
+	const uint8_t *v, *n;
+	size_t nlen;
+
+	if (k->version == 2 || k->version == 3) {
+		/* created, validity days, algorithm, then RSA n and e */
+		if (!rd_bytes(&r, 6, &v) && !rd_u8(&r, &k->pk_algo) && k->pk_algo >= 1 && k->pk_algo <= 3 &&
+		    !rd_mpi(&r, false, &n, &nlen) && nlen >= 8) {
+			memcpy(c->kid, n + nlen - 8, 8);
+			c->kid_known = true;
+		}
+		return pd_fail(c->why, sizeof(c->why), PD_EUNSUPPORTED, "v%u key (obsolete, not supported)", k->version);
+	}
+	if (k->version == 5) {
+		/* created, algorithm, key material count: the v5 fingerprint */
+		if (!rd_bytes(&r, 4, &v) && !rd_u8(&r, &k->pk_algo) && !rd_bytes(&r, 4, &v) &&
+		    pd_be32(v) <= r.len - r.off)
+			fingerprint(k, body, r.off + pd_be32(v));
+		return pd_fail(c->why, sizeof(c->why), PD_EUNSUPPORTED,
+		               "LibrePGP v5 key (not supported: RFC 9580 keys are v4 or v6)");
+	}
+	return pd_fail(c->why, sizeof(c->why), PD_EUNSUPPORTED, "unknown key version %u", k->version);
+}
+
+/* ------------------------------------------------------------------ */
+/* Key flags (RFC 9580 5.2.3.29) from the self-signatures after a key
+ * packet.  Read, not verified. */
+
+struct sig {
+	uint8_t type;
+	uint32_t created;
+	bool has_flags, primary_uid, has_issuer_kid;
+	uint8_t flags;
+	uint8_t issuer_fpr_len;
+	uint8_t issuer_fpr[32];
+	uint8_t issuer_kid[8];
+};
+
+/* One subpacket area; false if it does not parse.  Key flags, creation
+ * time and the primary User ID flag count only in the hashed area. */
+static bool subpackets(const uint8_t *p, size_t n, bool hashed, struct sig *s)
+{
+	size_t o = 0;
+
+	while (o < n) {
+		size_t l;
+		uint8_t a = p[o++];
+		if (a < 192) {
+			l = a;
+		} else if (a < 255) {
+			if (o >= n)
+				return false;
+			l = ((size_t)(a - 192) << 8) + p[o++] + 192;
+		} else {
+			if (n - o < 4)
+				return false;
+			l = pd_be32(p + o);
+			o += 4;
+		}
+		if (l == 0 || l > n - o)
+			return false;
+		uint8_t type = p[o] & 0x7F;
+		const uint8_t *d = p + o + 1;
+		size_t dl = l - 1;
+		if (hashed && type == 27) {
+			s->has_flags = true;
+			s->flags = dl ? d[0] : 0; /* an empty list: no flags set */
+		} else if (hashed && type == 2 && dl == 4) {
+			s->created = pd_be32(d);
+		} else if (hashed && type == 25 && dl == 1) {
+			s->primary_uid = d[0] != 0;
+		} else if (type == 16 && dl == 8) {
+			s->has_issuer_kid = true;
+			memcpy(s->issuer_kid, d, 8);
+		} else if (type == 33 && (dl == 21 || dl == 33)) {
+			s->issuer_fpr_len = (uint8_t)(dl - 1);
+			memcpy(s->issuer_fpr, d + 1, dl - 1);
+		}
+		o += l;
+	}
+	return true;
+}
+
+/* A v4 or v6 signature packet's type and subpackets (v3 signatures have
+ * no subpackets, so no key flags). */
+static bool parse_sig(const uint8_t *b, size_t len, struct sig *s)
+{
+	size_t o, hl, ul, w;
+
+	if (len < 1 || (b[0] != 4 && b[0] != 6))
+		return false;
+	w = b[0] == 4 ? 2 : 4; /* octets of the subpacket area counts */
+	if (len < 4 + w)
+		return false;
+	s->type = b[1];
+	o = 4;
+	hl = w == 2 ? pd_be16(b + o) : pd_be32(b + o);
+	o += w;
+	if (hl > len - o)
+		return false;
+	const uint8_t *hashed = b + o;
+	o += hl;
+	if (len - o < w)
+		return false;
+	ul = w == 2 ? pd_be16(b + o) : pd_be32(b + o);
+	o += w;
+	if (ul > len - o)
+		return false;
+	return subpackets(hashed, hl, true, s) && subpackets(b + o, ul, false, s);
+}
+
+/* Made by the primary key, as far as the signature says (no issuer
+ * subpacket, or no known primary: taken as a self-signature). */
+static bool by_primary(const struct ctx *c, const struct sig *s)
+{
+	if (!c->primary_fpr_len)
+		return true;
+	if (s->issuer_fpr_len)
+		return s->issuer_fpr_len == c->primary_fpr_len &&
+		       memcmp(s->issuer_fpr, c->primary_fpr, c->primary_fpr_len) == 0;
+	if (s->has_issuer_kid)
+		return memcmp(s->issuer_kid, c->primary_fpr_len == 20 ? c->primary_fpr + 12 : c->primary_fpr, 8) == 0;
+	return true;
+}
+
+/* The key flags of the key packet being parsed, or -1 when no
+ * self-signature states any.  A subkey: its newest binding signature
+ * (0x18).  A primary key: its newest direct-key signature (0x1F) that has
+ * key flags, else the newest self-certification (0x10-0x13) of the
+ * primary User ID, else of any User ID.  Ties go to the later packet. */
+static int key_flags(const struct ctx *c, uint8_t tag)
+{
+	struct sig best = { 0 }, uid = { 0 }, puid = { 0 };
+	bool have = false, have_uid = false, have_puid = false;
+
+	for (size_t i = c->sig_from; i < c->sig_to; i++) {
+		struct sig s = { 0 };
+		if (c->pk[i].tag != 2 || !parse_sig(c->pk[i].body, c->pk[i].len, &s) || !by_primary(c, &s))
+			continue;
+		if (tag == 7) {
+			if (s.type == 0x18 && (!have || s.created >= best.created)) {
+				best = s;
+				have = true;
+			}
+		} else if (s.type == 0x1F) {
+			if (s.has_flags && (!have || s.created >= best.created)) {
+				best = s;
+				have = true;
+			}
+		} else if (s.type >= 0x10 && s.type <= 0x13) {
+			if (!have_uid || s.created >= uid.created) {
+				uid = s;
+				have_uid = true;
+			}
+			if (s.primary_uid && (!have_puid || s.created >= puid.created)) {
+				puid = s;
+				have_puid = true;
+			}
+		}
+	}
+	if (!have && have_puid) {
+		best = puid;
+		have = true;
+	} else if (!have && have_uid) {
+		best = uid;
+		have = true;
+	}
+	return have && best.has_flags ? best.flags : -1;
+}
+
+static void flag_text(char *out, size_t cap, int flags)
+{
+	static const struct { int bit; const char *name; } names[] = {
+		{ 0x01, "certify" }, { 0x02, "sign" }, { 0x04, "encrypt communications" },
+		{ 0x08, "encrypt storage" }, { 0x10, "split key" }, { 0x20, "authenticate" }, { 0x80, "group key" },
+	};
+	size_t o = 0;
+
+	out[0] = 0;
+	for (size_t i = 0; i < PD_ARRAY_SIZE(names); i++) {
+		if (!(flags & names[i].bit))
+			continue;
+		int n = snprintf(out + o, cap - o, "%s%s", o ? ", " : "", names[i].name);
+		if (n < 0 || (size_t)n >= cap - o)
+			break;
+		o += (size_t)n;
+	}
+	if (!o)
+		snprintf(out, cap, "none");
+}
+
+/* ------------------------------------------------------------------ */
+
+/* One secret key packet (tag 5 or 7) at offset start.  *ret is the key if
+ * it is a usable decryption key; otherwise, unless an error is returned,
+ * the packet was reported as skipped (skip()).  Errors: what must fail the
+ * whole call (no or a wrong passphrase, resources); a packet that is
+ * malformed or unsupported is skipped, not an error. */
+static int parse_secret_key(struct ctx *c, uint8_t tag, const uint8_t *body, size_t blen, size_t start,
+                            struct pd_key **ret)
 {
 	struct rd r = { body, blen, 0 };
 	struct pd_key *k;
 	const uint8_t *v;
 	uint8_t *plain = NULL;
-	size_t plain_cap = 0, publen;
-	char kid[17];
+	size_t plain_cap = 0, publen = 0;
+	enum pd_keyskip_kind kind = PD_KEYSKIP_MALFORMED;
+	bool skipped = false;
+	char fpr[65];
 	int e;
 
 	*ret = NULL;
+	c->why[0] = 0;
+	c->kid_known = false;
+	if (tag == 5)
+		c->primary_fpr_len = 0; /* until this key's fingerprint is known */
 	k = calloc(1, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
 	if ((e = rd_u8(&r, &k->version)))
 		goto out;
 	if (k->version != 4 && k->version != 6) {
-		/* v5 (LibrePGP) and v3 keys are not supported: skipped, counted. */
-		c->n_unsupported++;
-		if (tag == 5)
-			c->primary_fpr_len = 0;
-		e = 0;
+		e = other_version(c, k, body, blen);
+		set_primary(c, tag, k);
 		goto out;
 	}
 	if ((e = rd_bytes(&r, 4, &v)))
@@ -567,63 +930,70 @@ static int parse_secret_key(struct ctx *c, uint8_t tag, const uint8_t *body, siz
 			goto out;
 		uint64_t pklen = pd_be32(v);
 		if (pklen > r.len - r.off) {
-			e = PD_EMALFORMED;
+			e = pd_fail(c->why, sizeof(c->why), PD_EMALFORMED, "public key material longer than the packet");
 			goto out;
 		}
+		/* Known length: the fingerprint names the key even if it is
+		 * not usable. */
+		publen = r.off + (size_t)pklen;
+		fingerprint(k, body, publen);
+		if (!k->fpr_len) {
+			e = -ENOMEM;
+			goto out;
+		}
+		set_primary(c, tag, k);
 		/* The public fields must fill pklen exactly. */
-		struct rd pr = { body, r.off + (size_t)pklen, r.off };
-		e = parse_public(&pr, k, true);
-		if (e == PD_EUNSUPPORTED) {
-			/* Known length: the fingerprint is still computable. */
-			fingerprint(k, body, r.off + (size_t)pklen);
-			if (tag == 5) {
-				memcpy(c->primary_fpr, k->fpr, 32);
-				c->primary_fpr_len = 32;
-			}
-			c->n_unsupported++;
-			e = 0;
-			goto out;
-		}
+		struct rd pr = { body, publen, r.off };
+		e = parse_public(&pr, k, true, c->why, sizeof(c->why));
+		if (e == 0 && pr.off != pr.len)
+			e = pd_fail(c->why, sizeof(c->why), PD_EMALFORMED, "public key material longer than its fields");
 		if (e)
 			goto out;
-		if (pr.off != pr.len) {
-			e = PD_EMALFORMED;
-			goto out;
-		}
 		r.off = pr.off;
 	} else {
-		e = parse_public(&r, k, false);
-		if (e == PD_EUNSUPPORTED) {
-			c->n_unsupported++;
-			if (tag == 5)
-				c->primary_fpr_len = 0;
-			e = 0;
+		e = parse_public(&r, k, false, c->why, sizeof(c->why));
+		if ((e == 0 || (e == PD_EUNSUPPORTED && is_known_algo(k->pk_algo))) && r.off > 0xFFFF)
+			e = pd_fail(c->why, sizeof(c->why), PD_EMALFORMED, "public key packet over 65535 octets");
+		else if (e == PD_EUNSUPPORTED && is_known_algo(k->pk_algo))
+			fingerprint(k, body, r.off); /* the end of the public part is known */
+		if (e) {
+			set_primary(c, tag, k);
 			goto out;
 		}
-		if (e)
-			goto out;
-		if (r.off > 0xFFFF) {
-			e = PD_EMALFORMED;
+		publen = r.off;
+		fingerprint(k, body, publen);
+		if (!k->fpr_len) {
+			e = -ENOMEM;
 			goto out;
 		}
+		set_primary(c, tag, k);
 	}
-	publen = r.off;
-	fingerprint(k, body, publen);
-	if (!k->fpr_len) {
-		e = -ENOMEM;
-		goto out;
-	}
-	if (tag == 5) {
-		memcpy(c->primary_fpr, k->fpr, k->fpr_len);
-		c->primary_fpr_len = k->fpr_len;
-	}
+	fpr_hex(k, fpr);
 	memcpy(k->primary_fpr, c->primary_fpr, c->primary_fpr_len);
 	k->primary_fpr_len = c->primary_fpr_len;
-	c->n_secret++;
+	if (k->version == 6 && (k->curve == PD_CURVE_CV25519 || k->curve == PD_CURVE_ED25519_LEGACY)) {
+		bool cv = k->curve == PD_CURVE_CV25519;
+		e = pd_fail(c->why, sizeof(c->why), PD_EUNSUPPORTED,
+		            "v6 key with the legacy %s OID (RFC 9580 section 9.2 allows it only in v4 keys; "
+		            "v6 keys use %s)", cv ? "Curve25519" : "Ed25519", cv ? "X25519" : "Ed25519");
+		goto out;
+	}
 	if (!is_decryption_algo(k->pk_algo)) {
-		c->n_signing++;
-		e = 0;
-		goto out; /* signing-only: its secret is not needed */
+		snprintf(c->why, sizeof(c->why), "signing key (%s)", pd_pk_name(k->pk_algo));
+		kind = PD_KEYSKIP_NOT_ENCRYPTION;
+		skipped = true;
+		goto out; /* its secret is not needed */
+	}
+	/* A key its holder marked for other uses is not a decryption key:
+	 * an RSA signing key must not serve as a decryption oracle. */
+	int flags = key_flags(c, tag);
+	if (flags >= 0 && !(flags & 0x0C)) {
+		char list[96];
+		flag_text(list, sizeof(list), flags);
+		snprintf(c->why, sizeof(c->why), "key flags do not allow encryption (%s)", list);
+		kind = PD_KEYSKIP_NOT_ENCRYPTION;
+		skipped = true;
+		goto out;
 	}
 
 	/* S2K usage and protection parameters. */
@@ -640,8 +1010,7 @@ static int parse_secret_key(struct ctx *c, uint8_t tag, const uint8_t *body, siz
 			goto out;
 		params_end = r.off + cnt;
 		if (usage != 253 && usage != 254) {
-			e = pd_fail(c->detail, c->detail_len, PD_EMALFORMED,
-			            "key %s: S2K usage %u is not allowed in a v6 key", keyid_hex(k, kid), usage);
+			e = pd_fail(c->why, sizeof(c->why), PD_EMALFORMED, "S2K usage %u is not allowed in a v6 key", usage);
 			goto out;
 		}
 	}
@@ -664,43 +1033,40 @@ static int parse_secret_key(struct ctx *c, uint8_t tag, const uint8_t *body, siz
 		}
 		e = pd_s2k_parse(body + r.off, s2kmax, &s2k, &used);
 		if (e) {
-			e = pd_fail(c->detail, c->detail_len, e, "key %s: %s S2K specifier", keyid_hex(k, kid),
+			e = pd_fail(c->why, sizeof(c->why), e, "%s S2K specifier",
 			            e == PD_EUNSUPPORTED ? "unsupported" : "malformed");
 			goto out;
 		}
 		if (k->version == 6 && used != s2kmax) {
-			e = PD_EMALFORMED;
+			e = pd_fail(c->why, sizeof(c->why), PD_EMALFORMED, "S2K specifier of the wrong length");
 			goto out;
 		}
 		r.off += used;
 		if (s2k.type == 101) {
-			/* gnu-dummy or divert-to-card: no secret here. */
-			c->n_stub++;
-			e = 0;
+			snprintf(c->why, sizeof(c->why),
+			         "no secret key material (gnu-dummy S2K: a stub, or a key on a smartcard)");
+			kind = PD_KEYSKIP_NO_SECRET;
+			skipped = true;
 			goto out;
 		}
 		if (s2k.type == 4 && usage != 253) {
-			e = pd_fail(c->detail, c->detail_len, PD_EMALFORMED,
-			            "key %s: Argon2 S2K is only allowed with AEAD protection", keyid_hex(k, kid));
+			e = pd_fail(c->why, sizeof(c->why), PD_EMALFORMED, "Argon2 S2K is only allowed with AEAD protection");
 			goto out;
 		}
 		if (k->version == 6 && s2k.type != 4 && s2k.type != 3) {
-			e = pd_fail(c->detail, c->detail_len, PD_EMALFORMED,
-			            "key %s: v6 keys need an iterated or Argon2 S2K", keyid_hex(k, kid));
+			e = pd_fail(c->why, sizeof(c->why), PD_EMALFORMED, "v6 keys need an iterated or Argon2 S2K");
 			goto out;
 		}
 		if (k->version == 6 && s2k.type == 3 &&
 		    (s2k.hash == PD_HASH_MD5 || s2k.hash == PD_HASH_SHA1 || s2k.hash == PD_HASH_RMD160)) {
-			e = pd_fail(c->detail, c->detail_len, PD_EMALFORMED,
-			            "key %s: weak S2K hash in a v6 key", keyid_hex(k, kid));
+			e = pd_fail(c->why, sizeof(c->why), PD_EMALFORMED, "weak S2K hash in a v6 key");
 			goto out;
 		}
 		if (usage == 253) {
 			ivlen = pd_aead_noncelen(aead);
 			if (!ivlen || pd_sym_blklen(cipher) != 16) {
-				e = pd_fail(c->detail, c->detail_len, PD_EUNSUPPORTED,
-				            "key %s: unsupported AEAD protection (cipher %u, aead %u)",
-				            keyid_hex(k, kid), cipher, aead);
+				e = pd_fail(c->why, sizeof(c->why), PD_EUNSUPPORTED,
+				            "unsupported AEAD protection (cipher %u, aead %u)", cipher, aead);
 				goto out;
 			}
 		} else {
@@ -719,8 +1085,7 @@ static int parse_secret_key(struct ctx *c, uint8_t tag, const uint8_t *body, siz
 	}
 	if (usage != 0) {
 		if (!pd_sym_gcry(cipher) || !ivlen) {
-			e = pd_fail(c->detail, c->detail_len, PD_EUNSUPPORTED,
-			            "key %s: unsupported protection cipher %u", keyid_hex(k, kid), cipher);
+			e = pd_fail(c->why, sizeof(c->why), PD_EUNSUPPORTED, "unsupported protection cipher %u", cipher);
 			goto out;
 		}
 		if ((e = rd_bytes(&r, ivlen, &iv)))
@@ -731,7 +1096,7 @@ static int parse_secret_key(struct ctx *c, uint8_t tag, const uint8_t *body, siz
 		}
 		if (!c->pass) {
 			e = pd_fail(c->detail, c->detail_len, PD_ENEEDPASS,
-			            "key %s is protected and no passphrase was given", keyid_hex(k, kid));
+			            "key %s is protected and no passphrase was given", fpr);
 			goto out;
 		}
 	}
@@ -752,10 +1117,9 @@ static int parse_secret_key(struct ctx *c, uint8_t tag, const uint8_t *body, siz
 		              plain, &slen);
 		if (e) {
 			if (e == PD_EBADPASS)
-				e = pd_fail(c->detail, c->detail_len, e, "key %s: wrong passphrase", keyid_hex(k, kid));
+				e = pd_fail(c->detail, c->detail_len, e, "key %s: wrong passphrase", fpr);
 			else if (e == PD_ELIMIT)
-				e = pd_fail(c->detail, c->detail_len, e, "key %s: S2K cost exceeds the limit",
-				            keyid_hex(k, kid));
+				e = pd_fail(c->why, sizeof(c->why), PD_EUNSUPPORTED, "S2K cost exceeds the limit");
 			goto out;
 		}
 	}
@@ -783,19 +1147,23 @@ static int parse_secret_key(struct ctx *c, uint8_t tag, const uint8_t *body, siz
 	if (bad) {
 		/* With encryption, garbage means a wrong passphrase (the S2K/CFB
 		 * check is all there is); in the clear it is a malformed key. */
-		e = pd_fail(c->detail, c->detail_len, usage == 0 ? PD_EMALFORMED : PD_EBADPASS,
-		            usage == 0 ? "key %s: malformed secret key material" : "key %s: wrong passphrase",
-		            keyid_hex(k, kid));
+		if (usage == 0)
+			e = pd_fail(c->why, sizeof(c->why), PD_EMALFORMED, "malformed secret key material");
+		else
+			e = pd_fail(c->detail, c->detail_len, PD_EBADPASS, "key %s: wrong passphrase", fpr);
 		goto out;
 	}
 	e = validate(k, c->kr->backend);
 	if (e) {
-		if (e == PD_EINTEGRITY || e == PD_EMALFORMED)
-			e = pd_fail(c->detail, c->detail_len, PD_EMALFORMED,
-			            "key %s: secret key does not match its public key", keyid_hex(k, kid));
+		/* A protected secret that decrypts and passes a 16-bit checksum
+		 * but does not fit: most likely the wrong passphrase. */
+		if ((e == PD_EINTEGRITY || e == PD_EMALFORMED) && usage != 0)
+			e = pd_fail(c->detail, c->detail_len, PD_EBADPASS,
+			            "key %s: wrong passphrase (the secret does not match the public key)", fpr);
+		else if (e == PD_EINTEGRITY || e == PD_EMALFORMED)
+			e = pd_fail(c->why, sizeof(c->why), PD_EMALFORMED, "secret key does not match its public key");
 		else if (e == PD_EUNSUPPORTED)
-			e = pd_fail(c->detail, c->detail_len, e, "key %s: unsupported key parameters",
-			            keyid_hex(k, kid));
+			e = pd_fail(c->why, sizeof(c->why), e, "unsupported key parameters");
 		goto out;
 	}
 	k->ir_secret = gcry_malloc_secure(32);
@@ -811,8 +1179,17 @@ out:
 		pd_wipe(plain, plain_cap);
 		gcry_free(plain);
 	}
-	if (e == PD_EMALFORMED && c->detail && !c->detail[0] && k && k->fpr_len)
-		pd_fail(c->detail, c->detail_len, e, "key %s: malformed key packet", keyid_hex(k, kid));
+	if (e == PD_EMALFORMED || e == PD_EUNSUPPORTED || e == PD_ELIMIT) {
+		/* This packet only: the framing of the file is sound. */
+		kind = e == PD_EMALFORMED ? PD_KEYSKIP_MALFORMED : PD_KEYSKIP_UNSUPPORTED;
+		if (e == PD_ELIMIT && !c->why[0])
+			snprintf(c->why, sizeof(c->why), "key material over the size limit (MPIs of at most %u bits)",
+			         MAX_MPI_BITS - 8);
+		skipped = true;
+		e = 0;
+	}
+	if (skipped)
+		skip(c, kind, tag, k, start);
 	pd_key_free(k);
 	return e;
 }
@@ -841,18 +1218,23 @@ static int batch_push(struct batch *b, struct pd_key *k)
 	return 0;
 }
 
-/* Walk the packets of a binary transferable-key sequence. */
-static int parse_packets(struct ctx *c, const uint8_t *p, size_t len, struct batch *b)
+/* Frame the packets of a binary transferable-key sequence.  Any framing
+ * error fails the whole file: nothing after it can be trusted to start a
+ * packet. */
+static int frame_packets(struct ctx *c, const uint8_t *p, size_t len, struct pktref **ret, size_t *ret_n)
 {
-	size_t off = 0;
+	struct pktref *v = NULL;
+	size_t n = 0, cap = 0, off = 0;
+	int e;
 
 	while (off < len) {
 		size_t start = off;
 		uint8_t ctb = p[off++], tag;
 		uint64_t plen;
-		if (!(ctb & 0x80))
-			return pd_fail(c->detail, c->detail_len, PD_EMALFORMED,
-			               "invalid packet header at offset %zu", start);
+		if (!(ctb & 0x80)) {
+			e = pd_fail(c->detail, c->detail_len, PD_EMALFORMED, "invalid packet header at offset %zu", start);
+			goto fail;
+		}
 		if (ctb & 0x40) {
 			tag = ctb & 0x3F;
 			if (off >= len)
@@ -870,16 +1252,18 @@ static int parse_packets(struct ctx *c, const uint8_t *p, size_t len, struct bat
 				plen = pd_be32(p + off);
 				off += 4;
 			} else {
-				return pd_fail(c->detail, c->detail_len, PD_EMALFORMED,
-				               "partial length on a key-file packet at offset %zu", start);
+				e = pd_fail(c->detail, c->detail_len, PD_EMALFORMED,
+				            "partial length on a key-file packet at offset %zu", start);
+				goto fail;
 			}
 		} else {
 			tag = (ctb >> 2) & 15;
 			unsigned lt = ctb & 3;
 			if (lt == 3) {
 				/* Indeterminate: only sensible for data packets. */
-				return pd_fail(c->detail, c->detail_len, PD_EMALFORMED,
-				               "indeterminate length on a key-file packet at offset %zu", start);
+				e = pd_fail(c->detail, c->detail_len, PD_EMALFORMED,
+				            "indeterminate length on a key-file packet at offset %zu", start);
+				goto fail;
 			}
 			size_t nl = (size_t)1 << lt;
 			if (len - off < nl)
@@ -888,17 +1272,57 @@ static int parse_packets(struct ctx *c, const uint8_t *p, size_t len, struct bat
 			for (size_t i = 0; i < nl; i++)
 				plen = (plen << 8) | p[off++];
 		}
-		if (tag == 0)
-			return pd_fail(c->detail, c->detail_len, PD_EMALFORMED, "packet tag 0 at offset %zu", start);
+		if (tag == 0) {
+			e = pd_fail(c->detail, c->detail_len, PD_EMALFORMED, "packet tag 0 at offset %zu", start);
+			goto fail;
+		}
 		if (plen > len - off)
 			goto trunc;
-		const uint8_t *body = p + off;
-		off += (size_t)plen;
-		if (tag == 5 || tag == 7 || tag == 6 || tag == 14) {
-			if (plen > MAX_KEY_PACKET)
-				return pd_fail(c->detail, c->detail_len, PD_ELIMIT,
-				               "key packet at offset %zu is too large", start);
+		if ((tag == 5 || tag == 7 || tag == 6 || tag == 14) && plen > MAX_KEY_PACKET) {
+			e = pd_fail(c->detail, c->detail_len, PD_ELIMIT, "key packet at offset %zu is too large", start);
+			goto fail;
 		}
+		if (n == cap) {
+			/* at most one packet per two octets of input */
+			size_t nc = cap ? 2 * cap : 64;
+			struct pktref *nv = realloc(v, nc * sizeof(*nv));
+			if (!nv) {
+				e = -ENOMEM;
+				goto fail;
+			}
+			v = nv;
+			cap = nc;
+		}
+		v[n++] = (struct pktref){ .body = p + off, .len = (size_t)plen, .start = start, .tag = tag };
+		off += (size_t)plen;
+	}
+	*ret = v;
+	*ret_n = n;
+	return 0;
+trunc:
+	e = pd_fail(c->detail, c->detail_len, PD_ETRUNCATED, "key file is truncated");
+fail:
+	free(v);
+	return e;
+}
+
+static bool is_key_packet(uint8_t tag) { return tag == 5 || tag == 6 || tag == 7 || tag == 14; }
+
+/* Parse every secret key packet; the signatures between one key packet
+ * and the next are its own (key flags). */
+static int parse_packets(struct ctx *c, const uint8_t *p, size_t len, struct batch *b)
+{
+	struct pktref *pk = NULL;
+	size_t n = 0;
+	int e = frame_packets(c, p, len, &pk, &n);
+
+	if (e)
+		return e;
+	c->pk = pk;
+	for (size_t i = 0; i < n; i++) {
+		uint8_t tag = pk[i].tag;
+		const uint8_t *body = pk[i].body;
+		size_t plen = pk[i].len;
 		if (tag == 6) {
 			/* A public primary key starts a new certificate: its
 			 * subkeys (tag 14) are skipped, but remember the
@@ -907,7 +1331,7 @@ static int parse_packets(struct ctx *c, const uint8_t *p, size_t len, struct bat
 			c->primary_fpr_len = 0;
 			if (plen >= 6 && (body[0] == 6 || (body[0] == 4 && plen <= 0xFFFF))) {
 				tmp.version = body[0];
-				fingerprint(&tmp, body, (size_t)plen);
+				fingerprint(&tmp, body, plen);
 				memcpy(c->primary_fpr, tmp.fpr, tmp.fpr_len);
 				c->primary_fpr_len = tmp.fpr_len;
 			}
@@ -915,13 +1339,16 @@ static int parse_packets(struct ctx *c, const uint8_t *p, size_t len, struct bat
 		}
 		if (tag != 5 && tag != 7)
 			continue; /* user IDs, signatures, trust, public subkeys, ... */
+		c->sig_from = i + 1;
+		for (c->sig_to = i + 1; c->sig_to < n && !is_key_packet(pk[c->sig_to].tag); c->sig_to++)
+			;
 		struct pd_key *k = NULL;
-		int e = parse_secret_key(c, tag, body, (size_t)plen, &k);
+		e = parse_secret_key(c, tag, body, plen, pk[i].start, &k);
 		if (e) {
 			if (c->detail && !c->detail[0])
-				pd_fail(c->detail, c->detail_len, e, "secret key packet at offset %zu: %s", start,
+				pd_fail(c->detail, c->detail_len, e, "secret key packet at offset %zu: %s", pk[i].start,
 				        pd_strerror(e));
-			return e;
+			goto out;
 		}
 		if (!k)
 			continue;
@@ -933,16 +1360,18 @@ static int parse_packets(struct ctx *c, const uint8_t *p, size_t len, struct bat
 		}
 		if (c->kr->n + b->n >= MAX_KEYS) {
 			pd_key_free(k);
-			return pd_fail(c->detail, c->detail_len, PD_ELIMIT, "too many keys in the ring");
+			e = pd_fail(c->detail, c->detail_len, PD_ELIMIT, "too many keys in the ring");
+			goto out;
 		}
 		if ((e = batch_push(b, k))) {
 			pd_key_free(k);
-			return e;
+			goto out;
 		}
 	}
-	return 0;
-trunc:
-	return pd_fail(c->detail, c->detail_len, PD_ETRUNCATED, "key file is truncated");
+out:
+	c->pk = NULL;
+	free(pk);
+	return e;
 }
 
 int pd_keyring_new(struct pd_keyring **ret, enum pd_rsa_backend backend)
@@ -1004,11 +1433,11 @@ static void kid_insert(struct pd_keyring *kr)
 	kr->ids[at] = (struct kid){ id, kr->n };
 }
 
-int pd_keyring_add(struct pd_keyring *kr, const uint8_t *data, size_t len, const char *pass, size_t passlen,
-                   char *detail, size_t detail_len)
+int pd_keyring_add_report(struct pd_keyring *kr, const uint8_t *data, size_t len, const char *pass,
+                          size_t passlen, pd_keyskip_fn *report, void *report_ctx, char *detail, size_t detail_len)
 {
 	struct ctx c = { .kr = kr, .pass = pass, .passlen = pass ? passlen : 0,
-	                 .detail = detail, .detail_len = detail_len };
+	                 .detail = detail, .detail_len = detail_len, .report = report, .report_ctx = report_ctx };
 	struct batch b = { 0 };
 	uint8_t *dec = NULL;
 	size_t declen = 0;
@@ -1032,17 +1461,23 @@ int pd_keyring_add(struct pd_keyring *kr, const uint8_t *data, size_t len, const
 	}
 
 	r = parse_packets(&c, data, len, &b);
-	/* Nothing usable is an error; a file that only repeats keys already
-	 * held is not (0 added). */
-	if (r == 0 && b.n == 0 && c.n_dup == 0 && c.n_unsupported > 0 && c.n_secret == c.n_signing + c.n_stub)
-		r = pd_fail(detail, detail_len, PD_EUNSUPPORTED,
-		            "no usable secret decryption key: %u key packets of unsupported version or algorithm "
-		            "(LibrePGP v5 keys are not supported)", c.n_unsupported);
-	else if (r == 0 && b.n == 0 && c.n_dup == 0)
-		r = pd_fail(detail, detail_len, PD_ENOSECRET,
-		            "no usable secret decryption key (%u secret key packets: %u without secret, "
-		            "%u signing-only, %u unsupported)",
-		            c.n_secret, c.n_stub, c.n_signing, c.n_unsupported);
+	/* Nothing usable is an error, named by the first key that could not
+	 * be used; a file that only repeats keys already held is not (0
+	 * added). */
+	if (r == 0 && b.n == 0 && c.n_dup == 0) {
+		char more[64] = "";
+		if (c.n_skip > 1)
+			snprintf(more, sizeof(more), " (and %u more key%s skipped)", c.n_skip - 1,
+			         c.n_skip > 2 ? "s" : "");
+		if (c.n_warn)
+			r = pd_fail(detail, detail_len, c.warn_err, "no usable secret decryption key: %s%s", c.first_warn,
+			            more);
+		else if (c.n_skip)
+			r = pd_fail(detail, detail_len, PD_ENOSECRET, "no usable secret decryption key: %s%s",
+			            c.first_other, more);
+		else
+			r = pd_fail(detail, detail_len, PD_ENOSECRET, "no secret key in the key file (a certificate?)");
+	}
 	if (r == 0 && b.n) {
 		if (kr->n + b.n > kr->cap) {
 			size_t nc = PD_MAX(kr->cap * 2, kr->n + b.n);
@@ -1080,6 +1515,12 @@ out:
 }
 
 enum pd_rsa_backend pd_keyring_backend(const struct pd_keyring *kr) { return kr->backend; }
+
+int pd_keyring_add(struct pd_keyring *kr, const uint8_t *data, size_t len, const char *pass, size_t passlen,
+                   char *detail, size_t detail_len)
+{
+	return pd_keyring_add_report(kr, data, len, pass, passlen, NULL, NULL, detail, detail_len);
+}
 
 size_t pd_keyring_count(const struct pd_keyring *kr)
 {

@@ -301,7 +301,7 @@ def test_keydir_as_credentials_directory(world, tmp_path):
     try:
         c = d.client()
         fprs = {k["fpr"] for k in c.keys()}
-        assert len(fprs) == 4  # RSA primary and subkey of each file
+        assert len(fprs) == 2  # the subkeys: the RSA primaries are flagged certify+sign
         for uid in ("alice@example.org", "bob@example.org"):
             assert set(world["gpg"].enc_fprs(uid)) <= fprs
         for uid in ("alice@example.org", "bob@example.org"):
@@ -827,10 +827,16 @@ def test_reload_under_load(world, tmp_path):
         got, res, _ = d.client().decrypt(bobmsg)
         check_ok(got, res, b"for bob")
         assert len(d.client().keys()) > n_alice
-        # A reload that fails (a broken key file) keeps the old set.
+        # A broken key file is skipped with a warning; with strict-keys the
+        # reload fails, and a reload that fails keeps the old set.
         (keydir / "broken.gpg").write_bytes(b"\x99\x01garbage")
         d.proc.send_signal(signal.SIGHUP)
+        d.wait_log("reloaded:", 4)
+        assert f"key file {keydir / 'broken.gpg'} skipped: key file is truncated" in d.logtext()
+        conf.write_text(f"[keys]\npassphrase-file = {world['base'] / 'bob.pass'}\nstrict-keys = yes\n")
+        d.proc.send_signal(signal.SIGHUP)
         d.wait_log("reload failed, keeping the old keys")
+        assert f"strict-keys: key file {keydir / 'broken.gpg'}: key file is truncated" in d.logtext()
         got, res, _ = d.client().decrypt(bobmsg)
         check_ok(got, res, b"for bob")
         stop.set()

@@ -39,15 +39,16 @@ static struct pd_keyring *ring(enum pd_rsa_backend b)
 	struct pd_keyring *kr;
 	char detail[256];
 	assert_int_equal(pd_keyring_new(&kr, b), 0);
-	assert_int_equal(pd_keyring_add(kr, buf, len, NULL, 0, detail, sizeof(detail)), 2);
+	/* the subkey only: the primary's key flags are certify+sign */
+	assert_int_equal(pd_keyring_add(kr, buf, len, NULL, 0, detail, sizeof(detail)), 1);
 	free(buf);
 	return kr;
 }
 
-/* The encryption subkey 220D6AE0...8DFB60D40DBB7820 is the second key. */
+/* The encryption subkey 220D6AE0...8DFB60D40DBB7820, the only key. */
 static const struct pd_key *subkey(struct pd_keyring *kr)
 {
-	const struct pd_key *k = pd__keyring_get(kr, 1);
+	const struct pd_key *k = pd__keyring_get(kr, 0);
 	const uint8_t kid[8] = { 0x8d, 0xfb, 0x60, 0xd4, 0x0d, 0xbb, 0x78, 0x20 };
 	assert_non_null(k);
 	assert_memory_equal(k->keyid, kid, 8);
@@ -114,7 +115,7 @@ static void test_round_trips(void **state)
 {
 	(void)state;
 	struct pd_keyring *ko = ring(PD_RSA_OPENSSL), *kg = ring(PD_RSA_GCRYPT);
-	for (size_t which = 0; which < 2; which++) {
+	for (size_t which = 0; which < pd__keyring_n(ko); which++) {
 		const struct pd_key *a = pd__keyring_get(ko, which), *b = pd__keyring_get(kg, which);
 		unsigned nbits = gcry_mpi_get_nbits(a->n);
 		size_t klen = (nbits + 7) / 8;
