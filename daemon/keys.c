@@ -46,6 +46,7 @@ struct pd_keyset {
 	char **files;  /* every file the load read: key files, passphrase files */
 	size_t nfiles;
 	char **src;    /* per key: the key file it came from */
+	size_t nsrc;
 };
 
 /* Read a whole file into secure memory (key files may hold unprotected
@@ -479,10 +480,12 @@ static int add_file(struct load *L, const char *path)
 	if (!nsrc)
 		goto nomem;
 	ks->src = nsrc;
+	for (size_t i = ks->nsrc; i < before + (size_t)r; i++)
+		ks->src[i] = NULL;
+	ks->nsrc = before + (size_t)r;
 	for (size_t i = before; i < before + (size_t)r; i++) {
 		struct pd_keyinfo ki;
 		char fpr[65], what[48];
-		ks->src[i] = NULL;
 		if (pd_keyring_info(ks->kr, i, &ki) < 0)
 			continue;
 		ks->src[i] = strdup(path);
@@ -632,10 +635,8 @@ struct pd_keyset *pd_keyset_unref(struct pd_keyset *ks)
 {
 	if (!ks || atomic_fetch_sub_explicit(&ks->n_ref, 1, memory_order_acq_rel) != 1)
 		return NULL;
-	size_t nsrc = pd_keyring_count(ks->kr);
-	if (ks->src)
-		for (size_t i = 0; i < nsrc; i++)
-			free(ks->src[i]);
+	for (size_t i = 0; i < ks->nsrc; i++)
+		free(ks->src[i]);
 	free(ks->src);
 	pd_keyring_free(ks->kr);
 	strv_free(ks->files, ks->nfiles);
@@ -697,7 +698,7 @@ static void log_key(const struct pd_keyset *ks, const struct fprent *e, const ch
 	if (pd_keyring_info(ks->kr, e->idx, &ki) == 0)
 		describe(&ki, desc, sizeof(desc));
 	pd_log_info("SYS", "reload: key %s %s (%s, %s)", fpr, what, desc,
-	            ks->src && ks->src[e->idx] ? ks->src[e->idx] : "?");
+	            e->idx < ks->nsrc && ks->src[e->idx] ? ks->src[e->idx] : "?");
 }
 
 void pd_keyset_log_changes(const struct pd_keyset *old, const struct pd_keyset *new)
