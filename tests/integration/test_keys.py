@@ -541,3 +541,21 @@ def test_reload_warns_about_a_credential(kw, tmp_path, with_passphrase):
         assert want in d.text(), d.text()
     finally:
         assert d.stop() == 0
+
+
+def test_pd_decrypt_names_skipped_keys(kw, tmp_path):
+    """The engine's test driver loads through the same key ring: it warns
+    about the key it skips and decrypts with the one it loaded; a key file
+    with nothing usable stays an error there (exit 12, EUNSUPPORTED)."""
+    pd = os.path.join(BUILD, "tools", "pd-decrypt")
+    msg = tmp_path / "m.pgp"
+    msg.write_bytes(kw["gpg"].encrypt(b"to plain", "plain@pd.test"))
+    both = tmp_path / "both.pgp"
+    both.write_bytes(kw["files"]["plain"].read_bytes() + kw["files"]["k1"].read_bytes())
+    p = subprocess.run([pd, "--key", str(both), str(msg)], capture_output=True)
+    assert p.returncode == 0 and p.stdout == b"to plain", p
+    assert (f"pd-decrypt: warning: key {kw['fprs']['k1'][1]} in {both} skipped: unsupported curve secp256k1"
+            in p.stderr.decode()), p.stderr
+    p = subprocess.run([pd, "--key", str(kw["files"]["k1"]), str(msg)], capture_output=True)
+    assert p.returncode == 12 and b"pd-decrypt: EUNSUPPORTED: " in p.stderr, p
+    assert b"unsupported curve secp256k1" in p.stderr
