@@ -424,6 +424,32 @@ class Plaintexts:
         return self.cache[k]
 
 
+def sanitized_build():
+    """Whether PD_BUILD_DIR is a sanitizer build (check.sh's second pass)."""
+    try:
+        opts = json.loads((BUILD / "meson-info" / "intro-buildoptions.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return any(o["name"] == "b_sanitize" and o["value"] not in ("none", "", []) for o in opts)
+
+
+@pytest.fixture(scope="session")
+def debs(tmp_path_factory):
+    """The Debian packages of this tree, {name: path} (no -dbgsym), built
+    once per session by contrib/build-deb.sh: test_deb.py checks them,
+    test_systemd_real.py installs them.  PD_DEBS_DIR: take the .debs there
+    instead (a developer's shortcut; they must be of this tree)."""
+    if os.environ.get("PD_DEBS_DIR"):
+        out = Path(os.environ["PD_DEBS_DIR"])
+    else:
+        out = tmp_path_factory.mktemp("debs")
+        r = subprocess.run([str(HERE.parent.parent / "contrib" / "build-deb.sh"), str(out)],
+                           capture_output=True, text=True, timeout=3600)
+        assert r.returncode == 0, r.stdout + r.stderr
+    return {d.name.split("_")[0]: d for d in out.glob("*.deb")
+            if not d.name.split("_")[0].endswith("-dbgsym")}
+
+
 @pytest.fixture(scope="session")
 def plain(tools):
     return Plaintexts(tools)

@@ -9,7 +9,6 @@ Slow (a full package build, several minutes on a busy machine): skipped when
 PD_SKIP_DEB=1, and in sanitizer builds (check.sh's second pass).  Package
 contents and lintian's warnings are written to build/deb-report.txt.
 """
-import json
 import os
 import re
 import shutil
@@ -18,21 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from conftest import sanitized_build
+
 SRC = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("PD_BUILD_DIR", SRC / "build")).resolve()
 
 
-def _sanitized_build():
-    try:
-        opts = json.loads((BUILD / "meson-info" / "intro-buildoptions.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return any(o["name"] == "b_sanitize" and o["value"] not in ("none", "", []) for o in opts)
-
-
 pytestmark = [
     pytest.mark.skipif(os.environ.get("PD_SKIP_DEB") == "1", reason="PD_SKIP_DEB=1"),
-    pytest.mark.skipif(_sanitized_build(), reason="packages are built once, not in the sanitizer pass"),
+    pytest.mark.skipif(sanitized_build(), reason="packages are built once, not in the sanitizer pass"),
     pytest.mark.skipif(not all(shutil.which(t) for t in ("dpkg-buildpackage", "dh", "lintian")),
                        reason="dpkg-dev, debhelper or lintian missing"),
 ]
@@ -92,21 +85,6 @@ NOT = {
 }
 
 
-@pytest.fixture(scope="module")
-def debs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("debs")
-    r = subprocess.run([str(SRC / "contrib" / "build-deb.sh"), str(out)],
-                       capture_output=True, text=True, timeout=3600)
-    assert r.returncode == 0, r.stdout + r.stderr
-    found = {}
-    for d in out.glob("*.deb"):
-        name = d.name.split("_")[0]
-        if not name.endswith("-dbgsym"):
-            found[name] = d
-    assert sorted(found) == sorted(WANT), sorted(found)
-    return found
-
-
 def contents(deb):
     r = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True)
     # "perm owner size date time path [-> target]"
@@ -114,6 +92,7 @@ def contents(deb):
 
 
 def test_contents(debs):
+    assert sorted(debs) == sorted(WANT), sorted(debs)
     report = []
     for pkg, deb in sorted(debs.items()):
         paths, raw = contents(deb)
