@@ -267,5 +267,6 @@ class Machine:
         return self.run(cmd, check=False).stdout
 
     def path(self, p):
-        """The host path of the container's p (its root is our tree)."""
+        """The host path of the container's p (its root is our tree; not
+        for what the container mounts over it: /run, /tmp, /proc...)."""
         return self.root / str(p).lstrip("/")

@@ -114,6 +114,9 @@ def test_control(debs):
     info = subprocess.run(["dpkg-deb", "-f", str(debs["pgpdecd"]), "Depends"],
                           capture_output=True, text=True, check=True).stdout
     assert "systemd-sysusers" in info or "systemd" in info, info
+    # the unit's ExecReload=/bin/kill (test_systemd_real.py reloads it in a
+    # minimal tree, which has only what the packages depend on)
+    assert re.search(r"(^|, )procps(,|$| )", info.strip()), info
     ctl = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(debs["pgpdecd"])],
                          capture_output=True, check=True).stdout
     import io

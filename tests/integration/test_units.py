@@ -131,6 +131,8 @@ def test_service_directives():
     for k, v in want.items():
         assert v in values(t, k), f"{k}={v} missing: {values(t, k)}"
     assert "@system-service" in values(t, "SystemCallFilter")
+    # socket-owner/socket-group (test_systemd_real.py runs them under systemd)
+    assert "fchownat" in values(t, "SystemCallFilter")
     assert values(t, "LimitMEMLOCK"), "LimitMEMLOCK must leave room for secure memory"
     creds = values(t, "LoadCredential")
     assert any(c.startswith("keys.pgp:") for c in creds), creds
