@@ -32,10 +32,13 @@ PKGS_BUILD="meson ninja-build pkg-config gcc libc6-dev libgcrypt20-dev libgpg-er
 # haproxy: tests/integration/test_haproxy.py runs contrib/haproxy/haproxy.cfg;
 # prometheus (and its promtool) and prometheus-node-exporter:
 # tests/integration/test_metrics.py scrapes the daemon's /metrics and the
-# textfile collector's output with the real servers
+# textfile collector's output with the real servers;
+# debootstrap and systemd-container (systemd-nspawn):
+# tests/integration/test_systemd_real.py boots a Debian 12 tree from the
+# mirror apt uses and runs the packaged units under its systemd
 PKGS_TEST="python3 python3-pytest python3-cryptography gnupg sq rnp sqop gosop gnutls-bin
  systemd scdoc man-db groff-base lintian debhelper devscripts postfix swaks time haproxy gnuplot-nox
- prometheus prometheus-node-exporter"
+ prometheus prometheus-node-exporter debootstrap systemd-container"
 # contrib/fuzz.sh: clang, and libFuzzer's runtime (libclang_rt.fuzzer, in
 # libclang-rt-14-dev on Debian 12)
 PKGS_FUZZ="clang libclang-rt-14-dev"

@@ -11,6 +11,7 @@ Environment:
   PD_BUILD_DIR   meson build directory (set by `meson test`)
   PD_DECRYPT     driver to run instead of $PD_BUILD_DIR/tools/pd-decrypt
   PD_TEST_LEAN   1: run only one 50 MiB case (the sanitizer build)
+  PD_DEBS_DIR    the .debs of this tree, instead of building them (`debs`)
 """
 
 import collections
