@@ -41,6 +41,7 @@ PD_SKIP_DEB=1; missing tools fail the test.  PD_KEEP_NSPAWN=1 keeps the
 tree (its path is printed).
 """
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -53,6 +54,7 @@ import pytest
 
 import nspawn
 from conftest import BUILD, kill_gpg_agent, sanitized_build
+from mailcorpus import tamper
 
 pytestmark = [
     pytest.mark.skipif(os.environ.get("PD_SKIP_SYSTEMD") == "1", reason="PD_SKIP_SYSTEMD=1"),
@@ -66,7 +68,7 @@ DATA = "/srv/pdtest"           # the test's files inside the container
 CLIENT_USER, MTA_USER, OUTSIDER = "pdclient", "mta", "outsider"
 INSTALL = ["libpdclient0", "pgpdecd", "pgpdecd-client", "pgpdecd-milter"]
 BIG = 200 * 1024 * 1024
-EX_UNAVAILABLE, EX_NOPERM = 69, 77
+EX_DATAERR, EX_UNAVAILABLE, EX_NOPERM = 65, 69, 77
 
 
 def wait_for(pred, what, timeout):
@@ -246,6 +248,38 @@ def test_socket_activation(box):
     assert status.startswith("1 keys, "), status
     r = box.client("ping", user=OUTSIDER)
     assert r.returncode == EX_NOPERM and b"Permission denied" in r.stderr, r.stderr
+
+
+def test_request_journal_fields(box):
+    """Each finished request is a native journal entry with PGPDECD_*
+    fields: journalctl PGPDECD_STATUS=INTEGRITY finds a tampered one."""
+    m = box.m
+    if box.active() != "active":
+        box.restart()
+    ct = box.gpg("-z", "0", "--encrypt", "-r", box.keys["a"]["fpr"],
+                 input=b"tamper target line\n" * 40)
+    path = box.put("tampered.gpg", tamper(ct))
+    r = box.client(path)
+    assert r.returncode == EX_DATAERR and b"INTEGRITY" in r.stderr, r.stderr
+    r = box.client(f"{DATA}/a.gpg")
+    assert r.returncode == 0, r.stderr
+    uid = m.run(["id", "-u", CLIENT_USER]).stdout.strip()
+
+    def entries(*match):
+        out = m.run(["journalctl", "-u", "pgpdecd.service", "-o", "json", *match]).stdout
+        return [json.loads(l) for l in out.splitlines() if l.strip()]
+
+    bad = wait_for(lambda: entries("PGPDECD_STATUS=INTEGRITY"),
+                   "journalctl PGPDECD_STATUS=INTEGRITY", 10)
+    print("journalctl -u pgpdecd PGPDECD_STATUS=INTEGRITY:", bad[-1]["MESSAGE"])
+    e = bad[-1]
+    assert e["PGPDECD_PEER"] == f"uid {uid}", e
+    assert e["PGPDECD_KEY"] == "-" and e["PGPDECD_BYTES_OUT"] == "0", e
+    assert e["PGPDECD_BYTES_IN"] == str(len(tamper(ct))), e
+    assert "INTEGRITY" in e["MESSAGE"] and e["_SYSTEMD_UNIT"] == "pgpdecd.service", e
+    ok = entries("PGPDECD_STATUS=OK")
+    assert ok and ok[-1]["PGPDECD_KEY"] == box.keys["a"]["fpr"], ok[-1:]
+    assert ok[-1]["PGPDECD_BYTES_OUT"] == str(len(b"hello a\n")), ok[-1]
 
 
 def test_reload_keeps_credentials_restart_reads_them(box):
