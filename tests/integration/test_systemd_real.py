@@ -15,7 +15,9 @@ host and installed where the unit's LoadCredential= reads them,
 /etc/pgpdecd/keys.pgp and /etc/pgpdecd/passphrase.
 
 Cases: socket activation (the first connection starts pgpdecd.service; ping,
-a decryption, a user outside the group refused); reload after replacing the
+a decryption, a user outside the group refused); the per-request journal
+entries (journalctl -u pgpdecd PGPDECD_STATUS=INTEGRITY finds a tampered
+request, with its peer and sizes); reload after replacing the
 key file (the reload succeeds but the credential copies stay: the old key
 still decrypts, the new one is NO_KEY) and the restart that reads the new
 credentials; socket-owner/socket-group on an extra listener under the unit's
