@@ -249,7 +249,9 @@ def test_socket_activation(box):
     status = m.prop("pgpdecd.service", "StatusText")
     assert status.startswith("1 keys, "), status
     r = box.client("ping", user=OUTSIDER)
-    assert r.returncode == EX_NOPERM and b"Permission denied" in r.stderr, r.stderr
+    # the sentence names the cause and the fix (test_operator_errors)
+    assert r.returncode == EX_NOPERM and b"permission denied on /run/pgpdecd (group pgpdecd)" in r.stderr \
+        and b"add your user to group pgpdecd" in r.stderr, r.stderr
 
 
 def test_request_journal_fields(box):
