@@ -636,8 +636,8 @@ static int requeue(struct pdc_conn *c, struct req *r, bool same_conn)
 	int64_t now = now_ms();
 	if (!c->retry || r->local_err || r->attempts + 1 >= RETRY_MAX_ATTEMPTS)
 		return -1;
-	if (r->retry_deadline && now >= r->retry_deadline)
-		return -1;
+	if (r->retry_deadline && !r->delivered && now >= r->retry_deadline)
+		return -1; /* out of time without progress (see below) */
 	if (r->d.on_retry ? r->d.on_retry(r->d.arg) != 0 : r->delivered)
 		return -1; /* its reply already went somewhere that cannot take it back */
 	if (rewind_input(r) < 0)
@@ -657,7 +657,11 @@ static int requeue(struct pdc_conn *c, struct req *r, bool same_conn)
 	n->replaying = n->spool_len > 0;
 	n->input_read = n->spool_fd >= 0; /* the copy goes on growing as the pipe is read */
 	n->attempts = r->attempts + 1;
-	n->retry_deadline = r->retry_deadline ? r->retry_deadline :
+	/* The window runs from the first failure, and starts again after a
+	 * failure that came once the request had made progress (plaintext had
+	 * come back): a long message killed twice a few minutes apart is not
+	 * out of time, a daemon that never answers it is. */
+	n->retry_deadline = r->retry_deadline && !r->delivered ? r->retry_deadline :
 	                    now + (c->timeout_ms > 0 ? c->timeout_ms : RETRY_DEFAULT_MS);
 	n->not_before = now + backoff_ms(r->attempts);
 	n->st = S_QUEUED;

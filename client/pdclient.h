@@ -202,9 +202,10 @@ PDC_API int pdc_submit_keys(struct pdc_conn *c, int (*on_key)(void *, const stru
  * Retry (on unless cfg.no_retry).  Decryption is idempotent, so a request
  * that did not finish is sent again, with backoff (50 ms doubling to 2 s,
  * jittered), until it is answered or timeout_ms has passed since its first
- * failure (60 s by default; with timeout_ms < 0, 60 s as well), on this
- * connection or, when the connection is gone, on a new one to the next
- * target that answers.  What is retried:
+ * failure (60 s by default; with timeout_ms < 0, 60 s as well; a failure
+ * after plaintext had come back starts that time again), at most 16
+ * times, on this connection or, when the connection is gone, on a new one
+ * to the next target that answers.  What is retried:
  *  - the connection failing: refused, reset, closed by the server (ERROR
  *    SHUTTING_DOWN, OVERLOADED or TIMEOUT, or no ERROR at all: a daemon
  *    that vanished, killed or restarted), or silent for timeout_ms;

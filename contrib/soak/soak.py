@@ -371,7 +371,11 @@ def main():
     else:
         log("(too few rows to judge RSS and fds: use a longer run or a shorter --interval)")
     log(f"soak: {'PASSED' if ok else 'FAILED'}; table {out}/soak.tsv, plot {out}/soak.png")
-    shutil.rmtree(work, ignore_errors=True)
+    if ok:
+        shutil.rmtree(work, ignore_errors=True)
+    else:  # the daemon's log and the corpus, to find out why
+        shutil.copy(os.path.join(work, "daemon.log"), os.path.join(out, "daemon.log"))
+        log(f"kept {work} and {out}/daemon.log")
     return 0 if ok else 1
 
 

@@ -114,7 +114,7 @@ def test_bench_no_retry_loses_requests(world, msgs, tmp_path):
         da.stop()
 
 
-def kill_mid_message(d, out, full, client):
+def kill_mid_message(d, out, full, client, hold=0.0):
     """SIGKILL daemon d while the client's temporary output for out has
     some but not all of the plaintext: the message is in flight.  The
     daemon is stopped (SIGSTOP) first, so that it cannot finish meanwhile."""
@@ -129,6 +129,7 @@ def kill_mid_message(d, out, full, client):
         time.sleep(0.0005)
     size = tmp[0].stat().st_size
     assert 0 < size < full, size
+    time.sleep(hold)
     d.proc.send_signal(signal.SIGKILL)
     d.proc.wait(30)
     return size
@@ -315,4 +316,33 @@ def test_socket_activation_kill9_under_load(world, msgs, tmp_path):
         log = a.logtext()
         assert log.count("(socket activation)") == 2, log[-3000:]
     finally:
+        a.close()
+
+
+def test_window_starts_again_after_progress(world, msgs, tmp_path):
+    """--timeout bounds retrying without progress, not a long message: a
+    64 MiB message whose daemon is killed, then stopped and killed again
+    more than --timeout (5 s) later, is sent a third time and completes,
+    because plaintext had come back before the second failure.  (The window
+    used to run from the first failure only: the second failure ended it
+    with 75.)"""
+    a = Activator(world, tmp_path)
+    f, plain = msgs["big"]
+    out = tmp_path / "w.out"
+    p = subprocess.Popen([CLIENT, "--socket", a.sock_path, "--timeout", "5", "-o", str(out), str(f)],
+                         stderr=subprocess.PIPE)
+    try:
+        kill_mid_message(a, out, len(plain), p)
+        a.start()
+        t = time.time()
+        # the second attempt is writing again: stop it there for longer
+        # than --timeout, then kill it
+        kill_mid_message(a, out, len(plain), p, hold=6.0)
+        assert time.time() - t > 5
+        a.start()
+        assert p.wait(120) == 0, p.stderr.read()
+        assert out.read_bytes() == plain
+    finally:
+        if p.poll() is None:
+            p.kill()
         a.close()
