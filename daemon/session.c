@@ -794,7 +794,11 @@ static void process(struct pd_session *s)
 			return;
 		}
 	}
-	if (pd_d.stopping && !s->rq_n && !s->rx && !s->rx_discard) {
+	/* Stopping: once every reply is out, the session ends, also while the
+	 * client still sends the input of an answered request (rx_discard: a
+	 * request answered SHUTTING_DOWN by the drain before its ciphertext
+	 * came); the ERROR's linger drops the rest. */
+	if (pd_d.stopping && !s->rq_n && !s->rx) {
 		session_fail(s, PD_ST_SHUTTING_DOWN, "the daemon is stopping");
 		return;
 	}
