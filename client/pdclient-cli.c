@@ -26,6 +26,7 @@
 #include <gnutls/crypto.h>
 
 #include "pd-config.h"
+#include "gpgfmt.h"
 #include "pdclient.h"
 #include "pdmail.h"
 
@@ -99,6 +100,17 @@ static void usage_text(FILE *f)
 "                           reaches standard output\n"
 "      --password-file FILE password for password-encrypted (SKESK) messages:\n"
 "                           the first line of FILE\n"
+"      --with-session-key FILE\n"
+"                           decrypt with the session key in FILE, in gpg's\n"
+"                           ALGO:HEX form (gpg --show-session-key prints it):\n"
+"                           no key of the daemon is needed.  One FILE only\n"
+"      --session-key-out FILE\n"
+"                           ask the daemon for the message's session key and,\n"
+"                           once the message is verified, write it to FILE\n"
+"                           (mode 0600) as ALGO:HEX; the daemon gives it only\n"
+"                           to clients its allow-session-key-export names\n"
+"                           (refused: the plaintext is still written, exit 77).\n"
+"                           One FILE only\n"
 "  -v, --verbose            print a line per message on standard error: status,\n"
 "                           integrity, key, algorithms, sizes, literal name\n"
 "\n"
@@ -546,11 +558,66 @@ static char *read_password(const char *path, size_t *ret_len)
 	return buf;
 }
 
+/* --with-session-key FILE: ALGO:HEX, read whole (it is short). */
+static void read_session_key(const char *path, uint8_t *ret_algo, uint8_t *key, size_t *ret_len)
+{
+	char buf[256];
+	size_t n = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		die(EX_NOINPUT, "cannot open session key file %s: %s", path, strerror(errno));
+	for (;;) {
+		ssize_t r = read(fd, buf + n, sizeof(buf) - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			explicit_bzero(buf, sizeof(buf));
+			die(EX_NOINPUT, "cannot read session key file %s: %s", path, strerror(errno));
+		}
+		if (r == 0 || (n += (size_t)r) == sizeof(buf))
+			break;
+	}
+	close(fd);
+	int r = n < sizeof(buf) ? pdc_sk_parse(buf, n, ret_algo, key, ret_len) : -EINVAL;
+	explicit_bzero(buf, sizeof(buf));
+	if (r < 0)
+		die(EX_USAGE, "session key file %s: not of the form ALGO:HEX (e.g. 9:0123...)", path);
+}
+
+/* --session-key-out FILE: the key of a verified message, mode 0600.  0, or
+ * the exit code. */
+static int write_session_key(const char *path, const struct pdc_result *r)
+{
+	char text[8 + 2 * PDC_SESSION_KEY_MAX];
+	if (r->session_key_refused == PDC_SK_REFUSED_POLICY || !r->session_key_len) {
+		fprintf(stderr, "%s: %s: %s\n", prog, path, r->session_key_refused == PDC_SK_REFUSED_POLICY ?
+		        "the daemon does not give session keys to this client (allow-session-key-export)" :
+		        "no session key: the message has no integrity protection");
+		return r->session_key_refused == PDC_SK_REFUSED_POLICY ? EX_NOPERM : EX_DATAERR;
+	}
+	int n = pdc_sk_format(text, sizeof(text), r->session_key_algo, r->session_key, r->session_key_len);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int code = 0;
+	if (fd < 0) {
+		fprintf(stderr, "%s: cannot create %s: %s\n", prog, path, strerror(errno));
+		code = EX_CANTCREAT;
+	} else {
+		text[n] = '\n';
+		if (write_all(fd, (const uint8_t *)text, (size_t)n + 1) < 0 || close(fd) < 0) {
+			fprintf(stderr, "%s: writing %s: %s\n", prog, path, strerror(errno));
+			code = EX_IOERR;
+		}
+	}
+	explicit_bzero(text, sizeof(text));
+	return code;
+}
+
 struct opts {
 	struct pdc_config cfg;
 	const char *output;
 	bool verified_only;
 	const char *password_file;
+	const char *sk_in_file, *sk_out_file; /* --with-session-key, --session-key-out */
 	long concurrency, requests, pipeline, threads;
 	bool json, bench_opts;
 	bool mime, mime_opts;
@@ -603,6 +670,12 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 		refuse_same_outputs(jobs, nfiles);
 	size_t pwlen = 0;
 	char *pw = o->password_file ? read_password(o->password_file, &pwlen) : NULL;
+	uint8_t sk[PDC_SESSION_KEY_MAX], sk_algo = 0;
+	size_t sk_len = 0;
+	if ((o->sk_in_file || o->sk_out_file) && nfiles > 1)
+		die(EX_USAGE, "--with-session-key and --session-key-out take one FILE");
+	if (o->sk_in_file)
+		read_session_key(o->sk_in_file, &sk_algo, sk, &sk_len);
 
 	struct pdc_conn *c;
 	connect_or_die(o, &c);
@@ -630,8 +703,9 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 			continue;
 		}
 		struct pdc_decrypt d = {
-			.flags = o->verified_only ? PDC_VERIFIED_ONLY : 0,
+			.flags = (o->verified_only ? PDC_VERIFIED_ONLY : 0) | (o->sk_out_file ? PDC_WANT_SESSION_KEY : 0),
 			.password = pw, .password_len = pwlen,
+			.session_key = sk_len ? sk : NULL, .session_key_len = sk_len, .session_key_algo = sk_algo,
 			.in_fd = j->in_fd,
 			.on_data = job_data, .on_done = job_done, .arg = j,
 			.on_retry = job_retry,
@@ -644,6 +718,7 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 	}
 	(void)pdc_run(c);
 	pdc_close(c);
+	explicit_bzero(sk, sizeof(sk));
 	if (pw) {
 		wipe_password();
 		password = NULL;
@@ -653,6 +728,9 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 	for (int i = 0; i < nfiles; i++) {
 		struct job *j = &jobs[i];
 		int k = finish_job(j);
+		if (k == 0 && o->sk_out_file)
+			k = write_session_key(o->sk_out_file, &j->res);
+		explicit_bzero(j->res.session_key, sizeof(j->res.session_key));
 		if (k && !code)
 			code = k;
 		if (j->in_fd > STDIN_FILENO)
@@ -1151,7 +1229,7 @@ static long num(const char *opt, const char *s, long min, long max)
 enum {
 	O_TLS_CA = 256, O_TLS_CERT, O_TLS_KEY, O_TLS_NAME, O_TLS_PIN, O_NO_TLS, O_VERIFIED, O_PWFILE,
 	O_CONC, O_REQS, O_PIPE, O_THREADS, O_JSON,
-	O_MIME, O_ON_FAILURE, O_ON_NO_KEY, O_HP, O_KEEP_ORIG, O_SPOOL, O_MAX_PLAIN, O_NO_RETRY,
+	O_MIME, O_ON_FAILURE, O_ON_NO_KEY, O_HP, O_KEEP_ORIG, O_SPOOL, O_MAX_PLAIN, O_NO_RETRY, O_SK_IN, O_SK_OUT,
 };
 
 /* --mime: one whole mail through the MIME decryptor (mail/pdmail.c). */
@@ -1269,6 +1347,8 @@ int main(int argc, char **argv)
 		{ "spool-dir", required_argument, NULL, O_SPOOL },
 		{ "max-plaintext", required_argument, NULL, O_MAX_PLAIN },
 		{ "no-retry", no_argument, NULL, O_NO_RETRY },
+		{ "with-session-key", required_argument, NULL, O_SK_IN },
+		{ "session-key-out", required_argument, NULL, O_SK_OUT },
 		{ 0 },
 	};
 	struct opts o = { .concurrency = 1, .requests = 100, .pipeline = 1, .threads = 1 };
@@ -1308,6 +1388,8 @@ int main(int argc, char **argv)
 		case O_NO_TLS: o.cfg.no_tls = true; break;
 		case O_VERIFIED: o.verified_only = true; break;
 		case O_PWFILE: o.password_file = optarg; break;
+		case O_SK_IN: o.sk_in_file = optarg; break;
+		case O_SK_OUT: o.sk_out_file = optarg; break;
 		case O_CONC: o.concurrency = num("--concurrency", optarg, 1, 100000); o.bench_opts = true; break;
 		case O_REQS: o.requests = num("--requests", optarg, 1, 100000000); o.bench_opts = true; break;
 		case O_PIPE: o.pipeline = num("--pipeline", optarg, 1, 100000); o.bench_opts = true; break;
@@ -1392,8 +1474,8 @@ int main(int argc, char **argv)
 	if (o.mime_opts && !o.mime)
 		die(EX_USAGE, "--on-failure, --on-no-key, --protected-headers, --keep-original, --spool-dir and --max-plaintext belong to --mime");
 	if (o.mime) {
-		if (o.password_file)
-			die(EX_USAGE, "--mime does not take --password-file");
+		if (o.password_file || o.sk_in_file || o.sk_out_file)
+			die(EX_USAGE, "--mime does not take --password-file, --with-session-key or --session-key-out");
 		code = cmd_mime(&o, nargs, args);
 		for (size_t i = 0; i < n_hostports; i++)
 			free(hps[i]);
@@ -1402,8 +1484,8 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "ping") == 0 || strcmp(cmd, "stats") == 0 || strcmp(cmd, "keys") == 0) {
 		if (nargs != 1)
 			die(EX_USAGE, "%s takes no arguments", cmd);
-		if (o.output || o.verified_only || o.password_file)
-			die(EX_USAGE, "-o, --verified-only and --password-file are for decryption");
+		if (o.output || o.verified_only || o.password_file || o.sk_in_file || o.sk_out_file)
+			die(EX_USAGE, "-o, --verified-only, --password-file and the session key options are for decryption");
 		code = cmd[0] == 'p' ? cmd_ping(&o) : cmd[0] == 's' ? cmd_stats(&o) : cmd_keys(&o);
 	} else if (is_bench) {
 		if (o.output)

@@ -48,6 +48,7 @@ struct req {
 	int local_err;              /* input or sink failure */
 	struct pdc_decrypt d;
 	char *password;             /* our copy, wiped on free */
+	uint8_t *skey;              /* our copy of d.session_key, wiped on free */
 	size_t in_off;
 	int (*on_key)(void *, const struct pdc_key *);
 	struct pdc_result res;
@@ -541,7 +542,12 @@ static void req_free(struct req *r)
 		explicit_bzero(r->password, r->d.password_len);
 		free(r->password);
 	}
+	if (r->skey) {
+		explicit_bzero(r->skey, r->d.session_key_len);
+		free(r->skey);
+	}
 	explicit_bzero(&r->res.info, sizeof(r->res.info));
+	explicit_bzero(r->res.session_key, sizeof(r->res.session_key));
 	free(r);
 }
 
@@ -650,6 +656,8 @@ static int requeue(struct pdc_conn *c, struct req *r, bool same_conn)
 	n->on_key = r->on_key;
 	n->password = r->password; /* moved: r no longer wipes it */
 	r->password = NULL;
+	n->skey = r->skey;
+	r->skey = NULL;
 	n->in_start = r->in_start;
 	n->spool_fd = r->spool_fd; /* moved */
 	r->spool_fd = -1;
@@ -780,7 +788,9 @@ int pdc_submit_decrypt(struct pdc_conn *c, const struct pdc_decrypt *d)
 {
 	int srcs = (d->in_fd >= 0) + (d->in_buf != NULL || (d->in_len == 0 && d->in_fd < 0 && !d->in_read)) +
 	           (d->in_read != NULL);
-	if (srcs != 1 || d->password_len > PD_PASSWORD_MAX || (d->flags & ~(PDC_VERIFIED_ONLY | PDC_WANT_METADATA)))
+	if (srcs != 1 || d->password_len > PD_PASSWORD_MAX ||
+	    (d->flags & ~(PDC_VERIFIED_ONLY | PDC_WANT_METADATA | PDC_WANT_SESSION_KEY)) ||
+	    (d->session_key && (!d->session_key_len || d->session_key_len > PDC_SESSION_KEY_MAX)))
 		return -EINVAL;
 	struct req *r = calloc(1, sizeof(*r));
 	if (!r)
@@ -796,6 +806,15 @@ int pdc_submit_decrypt(struct pdc_conn *c, const struct pdc_decrypt *d)
 		}
 		memcpy(r->password, d->password, d->password_len);
 		r->d.password = r->password;
+	}
+	if (d->session_key) {
+		r->skey = malloc(d->session_key_len);
+		if (!r->skey) {
+			req_free(r);
+			return -ENOMEM;
+		}
+		memcpy(r->skey, d->session_key, d->session_key_len);
+		r->d.session_key = r->skey;
 	}
 	return submit(c, r);
 }
@@ -929,13 +948,16 @@ static void fill_out(struct pdc_conn *c)
 				return; /* backoff: pdc_run() wakes for it */
 			if (r->type == PD_FT_DECRYPT) {
 				struct pd_decrypt_req dr = { .flags = r->d.flags, .password = (const uint8_t *)r->password,
-				                             .password_len = r->password ? r->d.password_len : 0 };
+				                             .password_len = r->password ? r->d.password_len : 0,
+				                             .session_key = r->skey,
+				                             .session_key_len = r->skey ? r->d.session_key_len : 0,
+				                             .session_key_algo = r->d.session_key_algo };
 				if (r->d.in_buf) {
 					dr.has_size_hint = true;
 					dr.size_hint = r->d.in_len;
 				}
 				n = pd_frame_encode_decrypt(o, room, r->id, &dr);
-				c->out_secret |= dr.password_len > 0;
+				c->out_secret |= dr.password_len > 0 || dr.session_key_len > 0;
 				r->st = S_SENDING;
 			} else {
 				n = pd_frame_encode(o, room, r->type, r->id, NULL, 0);
@@ -1117,6 +1139,13 @@ static int on_frame(struct pdc_conn *c, const struct pd_frame_hdr *h, const uint
 		         res.sentence[0] ? res.sentence : pd_status_text(res.status));
 		copy_info(&r->res.info, mi);
 		free(mi);
+		if (res.status == PD_ST_OK && (r->d.flags & PDC_WANT_SESSION_KEY)) {
+			r->res.session_key_algo = res.sk_algo;
+			r->res.session_key_len = res.sk_len;
+			r->res.session_key_refused = res.sk_refused;
+			memcpy(r->res.session_key, res.sk, res.sk_len);
+		}
+		explicit_bzero(res.sk, sizeof(res.sk));
 		if (res.status == PD_ST_OK && r->st != S_SENT)
 			return violation(c, "RESULT OK for request %u before its END", r->id);
 		/* Not decrypted, and nothing wrong with it: send it again (on

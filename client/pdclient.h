@@ -60,6 +60,12 @@ extern "C" {
 /* Request flags */
 #define PDC_VERIFIED_ONLY 0x1u  /* the server holds all plaintext until verified */
 #define PDC_WANT_METADATA 0x2u  /* call on_metadata before the first plaintext */
+#define PDC_WANT_SESSION_KEY 0x4u /* a verified message's session key in the result, if the server allows */
+
+/* Why a result asked for a session key has none (session_key_refused) */
+#define PDC_SK_REFUSED_POLICY 1      /* the server does not export session keys to this client */
+#define PDC_SK_REFUSED_UNPROTECTED 2 /* the message had no integrity protection (SED) */
+#define PDC_SESSION_KEY_MAX 32
 
 struct pdc_conn;
 
@@ -139,6 +145,12 @@ struct pdc_result { /* public, by value */
 	char errname[24];
 	char sentence[1025];        /* one line, for humans */
 	struct pdc_info info;       /* what the RESULT carried */
+	/* PDC_WANT_SESSION_KEY: with status 0, the session key (session_key_len
+	 * > 0: its OpenPGP symmetric algorithm and octets; yours to wipe) or
+	 * why not (session_key_refused, PDC_SK_REFUSED_*).  Only ever for a
+	 * verified message. */
+	uint8_t session_key_algo, session_key_len, session_key_refused;
+	uint8_t session_key[PDC_SESSION_KEY_MAX];
 };
 
 struct pdc_key { /* public, by value */
@@ -152,9 +164,15 @@ struct pdc_key { /* public, by value */
 };
 
 struct pdc_decrypt { /* public, by value: one decryption request */
-	uint32_t flags;             /* PDC_VERIFIED_ONLY, PDC_WANT_METADATA */
+	uint32_t flags;             /* PDC_VERIFIED_ONLY, PDC_WANT_METADATA, PDC_WANT_SESSION_KEY */
 	const char *password;       /* SKESK password (copied at submit), or NULL */
 	size_t password_len;
+	/* Decrypt with this session key (copied at submit), instead of the
+	 * server's keys or a password: NULL, or session_key_len octets
+	 * (1..PDC_SESSION_KEY_MAX) for OpenPGP symmetric algorithm session_key_algo. */
+	const uint8_t *session_key;
+	size_t session_key_len;
+	uint8_t session_key_algo;
 	/* Ciphertext source, exactly one of: */
 	int in_fd;                  /* >= 0: read to EOF (not closed) */
 	const uint8_t *in_buf;      /* with in_len; must stay valid until on_done */

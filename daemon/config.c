@@ -73,6 +73,10 @@ static const struct opt opts[] = {
 	{ "socket-group", 0, T_STR, O(socket_group), "GROUP", "unix socket group" },
 	{ "allow-user", 0, T_LIST, O(allow_users), "USER", "unix peers allowed by uid (repeatable)" },
 	{ "allow-group", 0, T_LIST, O(allow_groups), "GROUP", "unix peers allowed by gid (repeatable)" },
+	{ "allow-session-key-export", 0, T_BOOL, O(allow_session_key_export), "BOOL", "give session keys of verified messages to the peers named by session-key-export-* who ask (default no)" },
+	{ "session-key-export-user", 0, T_LIST, O(sk_export_users), "USER", "unix peer (uid) that may have session keys (repeatable)" },
+	{ "session-key-export-group", 0, T_LIST, O(sk_export_groups), "GROUP", "unix peers of this group that may have session keys (repeatable)" },
+	{ "session-key-export-pin", 0, T_LIST, O(sk_export_pins_hex), "SHA256", "TLS client certificate (hex SHA-256) that may have session keys (repeatable)" },
 	{ "allow-plain-tcp", 0, T_BOOL, O(allow_plain_tcp), "BOOL", "plain TCP on loopback when no TLS is set (default no)" },
 	{ "tls-cert", 0, T_STR, O(tls_cert), "FILE", "TLS server certificate chain (PEM)" },
 	{ "tls-key", 0, T_STR, O(tls_key), "FILE", "TLS server private key (PEM)" },
@@ -127,6 +131,29 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 	vsnprintf(err, errlen, fmt, ap);
 	va_end(ap);
 	return -EINVAL;
+}
+
+/* A pin: 64 hex digits (colons allowed between them); decoded into out
+ * when it is not NULL. */
+static int check_pin(const char *opt, const char *pin, uint8_t *out, char *err, size_t errlen)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t n = 0;
+	for (const char *p = pin; *p; p++) {
+		if (*p == ':')
+			continue;
+		char ch = *p >= 'A' && *p <= 'F' ? (char)(*p - 'A' + 'a') : *p;
+		const char *d = strchr(hex, ch);
+		if (!d)
+			return fail(err, errlen, "%s %s: not hex", opt, pin);
+		unsigned v = (unsigned)(d - hex);
+		if (out && n < 64)
+			out[n / 2] = (uint8_t)(n % 2 ? (out[n / 2] | v) : (v << 4));
+		n++;
+	}
+	if (n != 64)
+		return fail(err, errlen, "%s %s: want 64 hex digits (SHA-256)", opt, pin);
+	return 0;
 }
 
 static int strv_add(struct pd_strv *l, const char *s)
@@ -400,15 +427,22 @@ static int check(struct pd_config *c, char *err, size_t errlen)
 		return fail(err, errlen, "client certificates are required (tls-require-client-cert): give tls-ca or tls-pin");
 	if (c->tls_pins.n > PD_TLS_MAX_PINS)
 		return fail(err, errlen, "tls-pin: at most %d pins, not %zu", PD_TLS_MAX_PINS, c->tls_pins.n);
-	for (size_t i = 0; i < c->tls_pins.n; i++) {
-		const char *p = c->tls_pins.v[i];
-		size_t n = 0;
-		for (; *p; p++)
-			if (*p != ':' && !(n++, strchr("0123456789abcdefABCDEF", *p)))
-				return fail(err, errlen, "tls-pin %s: not hex", c->tls_pins.v[i]);
-		if (n != 64)
-			return fail(err, errlen, "tls-pin %s: want 64 hex digits (SHA-256)", c->tls_pins.v[i]);
-	}
+	for (size_t i = 0; i < c->tls_pins.n; i++)
+		if (check_pin("tls-pin", c->tls_pins.v[i], NULL, err, errlen) < 0)
+			return -EINVAL;
+	if (c->sk_export_pins_hex.n > PD_TLS_MAX_PINS)
+		return fail(err, errlen, "session-key-export-pin: at most %d pins, not %zu", PD_TLS_MAX_PINS,
+		            c->sk_export_pins_hex.n);
+	if (c->sk_export_pins_hex.n &&
+	    !(c->sk_export_pins = calloc(c->sk_export_pins_hex.n, sizeof(*c->sk_export_pins))))
+		return fail(err, errlen, "out of memory");
+	for (size_t i = 0; i < c->sk_export_pins_hex.n; i++, c->n_sk_export_pins++)
+		if (check_pin("session-key-export-pin", c->sk_export_pins_hex.v[i], c->sk_export_pins[i], err, errlen) < 0)
+			return -EINVAL;
+	/* Exporting session keys is named, never "anyone who can connect". */
+	if (c->allow_session_key_export && !c->sk_export_users.n && !c->sk_export_groups.n && !c->sk_export_pins_hex.n)
+		return fail(err, errlen, "allow-session-key-export needs session-key-export-user, -group or -pin: "
+		            "name who may have session keys");
 	if (c->metrics_listen && *c->metrics_listen) {
 		if (pd_addr_parse(c->metrics_listen, &c->metrics_addr, &c->metrics_addr_len) < 0)
 			return fail(err, errlen, "metrics-listen %s: want PORT, IPV4:PORT or [IPV6]:PORT (numeric, "
@@ -496,6 +530,10 @@ static int resolve_names(struct pd_config *c, char *err, size_t errlen)
 	if (r == 0)
 		r = resolve_list(&c->allow_groups, true, &c->allow_gids, "allow-group", err, errlen);
 	if (r == 0)
+		r = resolve_list(&c->sk_export_users, false, &c->sk_export_uids, "session-key-export-user", err, errlen);
+	if (r == 0)
+		r = resolve_list(&c->sk_export_groups, true, &c->sk_export_gids, "session-key-export-group", err, errlen);
+	if (r == 0)
 		r = resolve_list(&owner, false, &uid, "socket-owner", err, errlen);
 	if (r == 0)
 		r = resolve_list(&group, true, &gid, "socket-group", err, errlen);
@@ -519,6 +557,9 @@ struct pd_config *pd_config_free(struct pd_config *c)
 	}
 	free(c->allow_uids.v);
 	free(c->allow_gids.v);
+	free(c->sk_export_uids.v);
+	free(c->sk_export_gids.v);
+	free(c->sk_export_pins);
 	free(c->config_file);
 	free(c);
 	return NULL;

@@ -84,6 +84,18 @@ struct pd_config {
 	uid_t socket_uid;           /* (uid_t)-1: unchanged */
 	gid_t socket_gid;           /* (gid_t)-1: unchanged */
 
+	/* Session-key export (WANT_SESSION_KEY): off unless allowed, and then
+	 * only for the unix users/groups and TLS client certificates named
+	 * (peer.c decides; at least one list is required). */
+	bool allow_session_key_export;
+	struct pd_strv sk_export_users;
+	struct pd_strv sk_export_groups;
+	struct pd_strv sk_export_pins_hex; /* as written: hex SHA-256 of client certificates (DER) */
+	struct pd_idv sk_export_uids;      /* resolved at load, like allow_uids */
+	struct pd_idv sk_export_gids;
+	uint8_t (*sk_export_pins)[32];     /* sk_export_pins_hex decoded */
+	size_t n_sk_export_pins;
+
 	/* tcp */
 	bool allow_plain_tcp;       /* plain TCP (loopback only) when no TLS is configured */
 	char *tls_cert;

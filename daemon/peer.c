@@ -108,18 +108,15 @@ static bool id_listed(const struct pd_idv *l, unsigned id)
  * be listed, or its gid, or one of the supplementary groups the peer
  * process had when it connected (SO_PEERGROUPS, from the kernel: never the
  * user database, which may be a network service and would block the loop). */
-static bool cred_allowed(uv_os_fd_t fd, const struct ucred *cr)
+static bool cred_listed(uv_os_fd_t fd, const struct ucred *cr, const struct pd_idv *uids, const struct pd_idv *gids)
 {
-	const struct pd_config *c = pd_d.cfg;
 	gid_t some[64], *groups = some;
 	socklen_t len = sizeof(some);
 	bool ok = false;
 
-	if (!c->allow_uids.n && !c->allow_gids.n)
+	if (id_listed(uids, cr->uid) || id_listed(gids, cr->gid))
 		return true;
-	if (id_listed(&c->allow_uids, cr->uid) || id_listed(&c->allow_gids, cr->gid))
-		return true;
-	if (!c->allow_gids.n)
+	if (!gids->n)
 		return false;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
 		if (errno != ERANGE || !(groups = malloc(len)) ||
@@ -129,10 +126,36 @@ static bool cred_allowed(uv_os_fd_t fd, const struct ucred *cr)
 		}
 	}
 	for (size_t i = 0; i < len / sizeof(gid_t) && !ok; i++)
-		ok = id_listed(&c->allow_gids, groups[i]);
+		ok = id_listed(gids, groups[i]);
 	if (groups != some)
 		free(groups);
 	return ok;
+}
+
+static bool cred_allowed(uv_os_fd_t fd, const struct ucred *cr)
+{
+	const struct pd_config *c = pd_d.cfg;
+	if (!c->allow_uids.n && !c->allow_gids.n)
+		return true;
+	return cred_listed(fd, cr, &c->allow_uids, &c->allow_gids);
+}
+
+bool pd_peer_may_export(const struct pd_peer *p, uv_stream_t *st, const uint8_t *cert_sha256)
+{
+	const struct pd_config *c = pd_d.cfg;
+	uv_os_fd_t fd = -1;
+
+	if (!c->allow_session_key_export)
+		return false;
+	if (p->kind == PD_PEER_UNIX)
+		return uv_fileno((uv_handle_t *)st, &fd) == 0 &&
+		       cred_listed(fd, &p->cred, &c->sk_export_uids, &c->sk_export_gids);
+	if (!cert_sha256)
+		return false;
+	for (size_t i = 0; i < c->n_sk_export_pins; i++)
+		if (!memcmp(cert_sha256, c->sk_export_pins[i], 32))
+			return true;
+	return false;
 }
 
 bool pd_peer_allowed(const struct pd_peer *p, uv_stream_t *st, const char *listener)

@@ -36,5 +36,10 @@ const char *pd_peer_over_limit(const struct pd_peer *p, unsigned n_open, unsigne
 /** The allow-lists: whether p may be served (TCP peers always may); a
  * refusal is counted and logged with the listener's name. */
 bool pd_peer_allowed(const struct pd_peer *p, uv_stream_t *st, const char *listener);
+/** Whether p may have session keys exported (allow-session-key-export and
+ * the session-key-export-* lists): a unix peer by its uid, gid or
+ * supplementary groups (asked of the kernel now), a TCP peer by the SHA-256
+ * of its TLS client certificate (cert_sha256, NULL when it sent none). */
+bool pd_peer_may_export(const struct pd_peer *p, uv_stream_t *st, const uint8_t *cert_sha256);
 /** Connections refused so far (limits and allow-lists). */
 uint64_t pd_peer_refused(void);

@@ -47,6 +47,13 @@ struct pd_request {
 	struct pd_limits lim;
 	char *password;         /* gcry secure memory, until the message exists */
 	size_t password_len;
+	uint8_t *skey;          /* a session key given (SESSION_KEY_IN): secure memory, until then too */
+	size_t skey_len;
+	uint8_t skey_algo;
+	bool skey_given;        /* ... so no private-key operation (the log line says so) */
+	bool want_sk;           /* WANT_SESSION_KEY */
+	bool may_export;        /* ... and the peer may have it (peer.c) */
+	uint8_t sk_outcome;     /* 0 not asked, 1 exported, 2 refused (policy), 3 none (failed or SED) */
 
 	struct pd_msg *m;
 	struct pd_keyset *ks;
@@ -112,7 +119,7 @@ static void log_outcome(const struct pd_request *r, uint16_t status, double seco
 		for (size_t i = 0; i < r->ok_fpr_len; i++)
 			snprintf(fpr + 2 * i, 3, "%02X", r->ok_fpr[i]);
 	} else if (status == PD_ST_OK) {
-		snprintf(fpr, sizeof(fpr), "password");
+		snprintf(fpr, sizeof(fpr), r->skey_given ? "session-key" : "password");
 	}
 	const char *st = pd_status_name(status);
 	const char *in = integ[r->ok_integrity < 4 ? r->ok_integrity : 0];
@@ -132,6 +139,36 @@ static void log_outcome(const struct pd_request *r, uint16_t status, double seco
 	              (unsigned long long)r->result_out, seconds * 1e3);
 }
 
+/* Every request for a session key gets a line of its own, whatever
+ * log-requests says: who asked, for which request, the key that opened the
+ * message, and whether the session key went out.  Never the session key. */
+static void log_session_key(const struct pd_request *r, uint16_t status)
+{
+	static const char *const what[] = { "not-given", "exported", "refused", "not-given" };
+	char fpr[65] = "-", f_req[40], f_id[32], f_peer[80], f_key[80], f_sk[40], f_st[48];
+
+	if (!r->want_sk)
+		return;
+	if (r->ok_fpr_len) {
+		for (size_t i = 0; i < r->ok_fpr_len; i++)
+			snprintf(fpr + 2 * i, 3, "%02X", r->ok_fpr[i]);
+	} else if (status == PD_ST_OK) {
+		snprintf(fpr, sizeof(fpr), r->skey_given ? "session-key" : "password");
+	}
+	/* 0: answered before the engine's end (timeout, limit, shutdown) */
+	const char *w = what[r->sk_outcome && r->sk_outcome < 4 ? r->sk_outcome : 3];
+	snprintf(f_req, sizeof(f_req), "PGPDECD_REQUEST=%llu", (unsigned long long)r->seq);
+	snprintf(f_id, sizeof(f_id), "PGPDECD_REQUEST_ID=%u", r->id);
+	snprintf(f_peer, sizeof(f_peer), "PGPDECD_PEER=%s", r->peer);
+	snprintf(f_key, sizeof(f_key), "PGPDECD_KEY=%s", fpr);
+	snprintf(f_sk, sizeof(f_sk), "PGPDECD_SESSION_KEY=%s", w);
+	snprintf(f_st, sizeof(f_st), "PGPDECD_STATUS=%s", pd_status_name(status));
+	const char *const fields[] = { f_req, f_id, f_peer, f_key, f_sk, f_st };
+	pd_log_fields(PD_LOG_NOTICE, "SKEY", fields, sizeof(fields) / sizeof(fields[0]),
+	              "session key of request %llu id %u from %s: %s (status %s, key %s)",
+	              (unsigned long long)r->seq, r->id, r->peer, w, pd_status_name(status), fpr);
+}
+
 /* The outcome goes into the stats and the log once, when the request is
  * answered. */
 static void count_outcome(struct pd_request *r, uint16_t status)
@@ -142,6 +179,7 @@ static void count_outcome(struct pd_request *r, uint16_t status)
 	double seconds = (double)(uv_hrtime() - r->t_start) / 1e9;
 	pd_stats_request(status, seconds);
 	log_outcome(r, status, seconds);
+	log_session_key(r, status);
 }
 
 /* The slot goes back once the request is answered and no job is out. */
@@ -168,15 +206,23 @@ static void held_release(struct pd_request *r)
 	r->held = 0;
 }
 
+/* The password and a given session key, held until the message exists. */
 static void drop_password(struct pd_request *r)
 {
-	if (!r->password)
-		return;
-	explicit_bzero(r->password, r->password_len);
-	gcry_free(r->password);
-	pd_adm_pending_pw_give(r->password_len + 1);
-	r->password = NULL;
-	r->password_len = 0;
+	if (r->password) {
+		explicit_bzero(r->password, r->password_len);
+		gcry_free(r->password);
+		pd_adm_pending_pw_give(r->password_len + 1);
+		r->password = NULL;
+		r->password_len = 0;
+	}
+	if (r->skey) {
+		explicit_bzero(r->skey, r->skey_len);
+		gcry_free(r->skey);
+		pd_adm_pending_pw_give(r->skey_len);
+		r->skey = NULL;
+		r->skey_len = 0;
+	}
 }
 
 static struct pd_request *alloc_req(const struct pd_request_owner *o, uint32_t id)
@@ -331,7 +377,26 @@ static void job_result(struct pd_request *r, struct frame_writer *fw, int err, s
 		snprintf(res.errname, sizeof(res.errname), "OK");
 		snprintf(res.sentence, sizeof(res.sentence), "decrypted");
 	}
+	/* Only a verified message's key, only to a peer allowed it; a refusal
+	 * is said only where a key would have been given (RESULT OK), so it
+	 * changes nothing else of the reply. */
+	if (r->want_sk && err >= 0) {
+		size_t kl = 0;
+		if (!r->may_export) {
+			res.sk_refused = PD_SKR_POLICY;
+			r->sk_outcome = 2;
+		} else if (pd_msg_session_key(r->m, &res.sk_algo, res.sk, sizeof(res.sk), &kl) == 0) {
+			res.sk_len = (uint8_t)kl;
+			r->sk_outcome = 1;
+		} else {
+			res.sk_refused = PD_SKR_UNPROTECTED;
+			r->sk_outcome = 3;
+		}
+	} else if (r->want_sk) {
+		r->sk_outcome = 3;
+	}
 	int n = pd_frame_encode_result(fw->o->data + fw->o->len, fw->o->cap - fw->o->len, r->id, &res, info);
+	explicit_bzero(res.sk, sizeof(res.sk));
 	if (n > 0)
 		fw->o->len += (size_t)n;
 	r->job_terminal = true;
@@ -621,7 +686,7 @@ void pd_request_kick(struct pd_request *r)
 }
 
 int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owner *o, uint32_t id,
-                           const struct pd_decrypt_req *dr)
+                           const struct pd_decrypt_req *dr, bool may_export)
 {
 	const struct pd_config *c = pd_d.cfg;
 	struct pd_request *r = alloc_req(o, id);
@@ -631,6 +696,8 @@ int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owne
 	r->decrypt = true;
 	r->verified_only = dr->flags & PD_DF_VERIFIED_ONLY;
 	r->want_meta = dr->flags & PD_DF_WANT_METADATA;
+	r->want_sk = dr->flags & PD_DF_WANT_SESSION_KEY;
+	r->may_export = r->want_sk && may_export;
 	r->max_frame = o->max_frame;
 	r->out_limit = c->request_buffer;
 	r->held_limit = c->max_verified_size;
@@ -682,6 +749,24 @@ int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owne
 		memcpy(r->password, dr->password, dr->password_len);
 		r->password_len = dr->password_len;
 	}
+	if (dr->session_key) {
+		/* The same bound and the same care as a password: it opens the
+		 * message as well as any private key would. */
+		if (!pd_adm_pending_pw_take(dr->session_key_len)) {
+			pd_request_abort(r, PD_ST_OVERLOADED, "too many requests with a password waiting to start; retry later");
+			return 0;
+		}
+		r->skey = gcry_malloc_secure(dr->session_key_len);
+		if (!r->skey) {
+			pd_adm_pending_pw_give(dr->session_key_len);
+			pd_request_abort(r, PD_ST_OVERLOADED, "out of memory; retry later");
+			return 0;
+		}
+		memcpy(r->skey, dr->session_key, dr->session_key_len);
+		r->skey_len = dr->session_key_len;
+		r->skey_algo = dr->session_key_algo;
+		r->skey_given = true;
+	}
 	return 0;
 }
 
@@ -713,7 +798,17 @@ static bool activate(struct pd_request *r)
 		err = pd_msg_set_budget(r->m, b);
 	if (err == 0 && r->password)
 		err = pd_msg_set_password(r->m, r->password, r->password_len);
+	int skerr = 0;
+	if (err == 0 && r->skey)
+		skerr = pd_msg_set_session_key(r->m, r->skey_algo, r->skey, r->skey_len);
 	drop_password(r);
+	if (skerr < 0) {
+		/* Said before any ciphertext is read: it depends on the request alone. */
+		pd_request_abort(r, PD_ST_BAD_REQUEST, skerr == PD_EUNSUPPORTED ?
+		                 "SESSION_KEY_IN: unknown symmetric algorithm" :
+		                 "SESSION_KEY_IN: key length wrong for its algorithm");
+		return false;
+	}
 	if (err < 0) {
 		pd_request_abort(r, PD_ST_OVERLOADED, "out of memory, or memory for messages in progress at its limit "
 		                 "(max-memory); retry later");

@@ -39,8 +39,11 @@ struct pd_request_owner {
 	const char *peer;                  /* who (peer.c's name), copied for the log line */
 };
 
+/** may_export: the peer may have the session key (peer.c), asked only when
+ * dr has WANT_SESSION_KEY.  dr's password and session key are copied into
+ * secure memory. */
 int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owner *o, uint32_t id,
-                           const struct pd_decrypt_req *dr);
+                           const struct pd_decrypt_req *dr, bool may_export);
 /** A reply that is complete at birth: frames already encoded in out. */
 int pd_request_new_done(struct pd_request **ret, const struct pd_request_owner *o, uint32_t id,
                         struct pd_obuf_list *out);

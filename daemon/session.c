@@ -574,7 +574,14 @@ static void handle_frame(struct pd_session *s, const struct pd_frame_hdr *h, con
 			add_reply(s, r);
 			return;
 		}
-		err = pd_request_new_decrypt(&r, &s->owner, h->id, &dr);
+		/* Session-key export is decided per request, by the config of now. */
+		bool may_export = false;
+		if (dr.flags & PD_DF_WANT_SESSION_KEY) {
+			uint8_t pin[32];
+			bool has_pin = s->tls && pd_tls_peer_sha256(s->tls, pin);
+			may_export = pd_peer_may_export(&s->peer, &s->io.s, has_pin ? pin : NULL);
+		}
+		err = pd_request_new_decrypt(&r, &s->owner, h->id, &dr, may_export);
 		if (err < 0) {
 			session_fail(s, PD_ST_OVERLOADED, "out of memory");
 			return;

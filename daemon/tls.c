@@ -339,6 +339,17 @@ static bool peer_ok(struct pd_tls *t)
 	return false;
 }
 
+bool pd_tls_peer_sha256(const struct pd_tls *t, uint8_t out[32])
+{
+	unsigned n = 0;
+	const gnutls_datum_t *certs;
+
+	if (!t->ready)
+		return false;
+	certs = gnutls_certificate_get_peers(t->s, &n);
+	return certs && n && gnutls_hash_fast(GNUTLS_DIG_SHA256, certs[0].data, certs[0].size, out) == 0;
+}
+
 ssize_t pd_tls_read(struct pd_tls *t, uint8_t *out, size_t cap)
 {
 	int r;

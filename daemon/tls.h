@@ -54,5 +54,7 @@ bool pd_tls_ready(const struct pd_tls *t);
 int pd_tls_write(struct pd_tls *t, const uint8_t *p, size_t len);
 /** Send close_notify (through push). */
 void pd_tls_bye(struct pd_tls *t);
+/** SHA-256 of the client certificate (DER) into out: false when it sent none. */
+bool pd_tls_peer_sha256(const struct pd_tls *t, uint8_t out[32]);
 /** Sentence about the last error. */
 const char *pd_tls_detail(const struct pd_tls *t);

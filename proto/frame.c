@@ -367,10 +367,19 @@ int pd_frame_encode_decrypt(uint8_t *out, size_t cap, uint32_t id, const struct 
 {
 	if (r->password_len > PD_PASSWORD_MAX)
 		return -EINVAL;
+	if (r->session_key && (!r->session_key_len || r->session_key_len > PD_SESSION_KEY_MAX))
+		return -EINVAL;
 	struct w w = begin(out, cap);
 	put32(&w, r->flags);
 	if (r->password)
 		tlv(&w, PD_T_PASSWORD, r->password, r->password_len);
+	if (r->session_key) {
+		uint8_t b[1 + PD_SESSION_KEY_MAX];
+		b[0] = r->session_key_algo;
+		memcpy(b + 1, r->session_key, r->session_key_len);
+		tlv(&w, PD_T_SESSION_KEY_IN, b, 1 + r->session_key_len);
+		explicit_bzero(b, sizeof(b));
+	}
 	if (r->has_size_hint) {
 		uint8_t b[8];
 		for (int i = 0; i < 8; i++)
@@ -443,6 +452,15 @@ int pd_frame_encode_result(uint8_t *out, size_t cap, uint32_t id, const struct p
 	put64(&w, r->bytes_out);
 	tlvstr(&w, PD_T_ERRNAME, r->errname, sizeof(r->errname) - 1);
 	tlvstr(&w, PD_T_SENTENCE, r->sentence, PD_SENTENCE_MAX);
+	if (r->sk_len && r->sk_len <= PD_SESSION_KEY_MAX) {
+		uint8_t b[1 + PD_SESSION_KEY_MAX];
+		b[0] = r->sk_algo;
+		memcpy(b + 1, r->sk, r->sk_len);
+		tlv(&w, PD_T_SESSION_KEY, b, 1 + (size_t)r->sk_len);
+		explicit_bzero(b, sizeof(b));
+	} else if (r->sk_refused) {
+		tlv8(&w, PD_T_SESSION_KEY_REFUSED, r->sk_refused);
+	}
 	if (info)
 		put_info(&w, info);
 	return finish(&w, PD_FT_RESULT, id);
@@ -542,7 +560,7 @@ int pd_parse_hello(const uint8_t *p, size_t len, enum pd_frame_role role, struct
 	return 0;
 }
 
-static int parse_status_tlvs(struct pd_tlv_reader *r, struct pd_result *res, struct pd_msginfo *info);
+static int parse_status_tlvs(struct pd_tlv_reader *r, struct pd_result *res, struct pd_msginfo *info, bool result);
 
 int pd_parse_error(const uint8_t *p, size_t len, struct pd_result *ret)
 {
@@ -551,7 +569,7 @@ int pd_parse_error(const uint8_t *p, size_t len, struct pd_result *ret)
 		return -EPROTO;
 	res.status = be16(p);
 	struct pd_tlv_reader r = { .p = p + 2, .len = len - 2 };
-	int k = parse_status_tlvs(&r, &res, NULL);
+	int k = parse_status_tlvs(&r, &res, NULL, false);
 	if (k < 0)
 		return k;
 	*ret = res;
@@ -584,6 +602,13 @@ int pd_parse_decrypt(const uint8_t *p, size_t len, struct pd_decrypt_req *ret)
 				return -EPROTO;
 			d.size_hint = be64(v);
 			d.has_size_hint = true;
+			break;
+		case PD_T_SESSION_KEY_IN:
+			if (n < 2 || n > 1 + PD_SESSION_KEY_MAX || d.session_key)
+				return -EPROTO;
+			d.session_key_algo = v[0];
+			d.session_key = v + 1;
+			d.session_key_len = n - 1u;
 			break;
 		default:
 			if (unknown(tag) < 0)
@@ -703,7 +728,7 @@ int pd_parse_metadata(const uint8_t *p, size_t len, struct pd_msginfo *ret)
 	return k;
 }
 
-static int parse_status_tlvs(struct pd_tlv_reader *r, struct pd_result *res, struct pd_msginfo *info)
+static int parse_status_tlvs(struct pd_tlv_reader *r, struct pd_result *res, struct pd_msginfo *info, bool result)
 {
 	uint8_t tag;
 	const uint8_t *v;
@@ -716,6 +741,16 @@ static int parse_status_tlvs(struct pd_tlv_reader *r, struct pd_result *res, str
 		} else if (tag == PD_T_SENTENCE) {
 			if (text(res->sentence, sizeof(res->sentence), v, n) < 0)
 				return -EPROTO;
+		} else if (tag == PD_T_SESSION_KEY && result) {
+			if (n < 2 || n > 1 + PD_SESSION_KEY_MAX || res->sk_len)
+				return -EPROTO;
+			res->sk_algo = v[0];
+			res->sk_len = (uint8_t)(n - 1);
+			memcpy(res->sk, v + 1, n - 1u);
+		} else if (tag == PD_T_SESSION_KEY_REFUSED && result) {
+			if (n != 1 || !v[0])
+				return -EPROTO;
+			res->sk_refused = v[0];
 		} else {
 			int s = info ? info_tlv(info, tag, v, n) : 0;
 			if (s < 0 || (s == 0 && unknown(tag) < 0))
@@ -739,7 +774,7 @@ int pd_parse_result(const uint8_t *p, size_t len, struct pd_result *ret, struct 
 	if (info)
 		memset(info, 0, sizeof(*info));
 	struct pd_tlv_reader r = { .p = p + 20, .len = len - 20 };
-	int k = parse_status_tlvs(&r, &res, info);
+	int k = parse_status_tlvs(&r, &res, info, true);
 	if (k < 0)
 		return k;
 	if (info) {

@@ -60,7 +60,8 @@ enum pd_frame_role {
 /* DECRYPT flags (u32) */
 #define PD_DF_VERIFIED_ONLY 0x1u  /* hold all plaintext until the message is verified */
 #define PD_DF_WANT_METADATA 0x2u  /* send a METADATA frame before the plaintext */
-#define PD_DF_KNOWN 0x3u          /* flags this version defines; others are a bad request */
+#define PD_DF_WANT_SESSION_KEY 0x4u /* RESULT OK carries the session key, if the server allows it */
+#define PD_DF_KNOWN 0x7u          /* flags this version defines; others are a bad request */
 
 /* TLV tags.  Tags with bit 0x80 set are critical: a receiver that does not
  * know one must reject the frame (BAD_REQUEST in a request). */
@@ -68,6 +69,7 @@ enum pd_tlv_tag {
 	PD_T_SOFTWARE = 0x01,      /* HELLO: implementation name and version, UTF-8 */
 	PD_T_PASSWORD = 0x02,      /* DECRYPT: password for SKESK packets */
 	PD_T_SIZE_HINT = 0x03,     /* DECRYPT: u64 ciphertext size the client will send */
+	PD_T_SESSION_KEY_IN = 0x04,/* DECRYPT: u8 symmetric algo, key octets: decrypt with it */
 	PD_T_LITERAL_NAME = 0x10,  /* raw octets, 0..255 */
 	PD_T_LITERAL_DATE = 0x11,  /* u32 */
 	PD_T_LITERAL_FORMAT = 0x12,/* u8 */
@@ -88,9 +90,15 @@ enum pd_tlv_tag {
 	PD_T_CURVE = 0x22,         /* KEY: curve name, ASCII, ECC keys only */
 	PD_T_ERRNAME = 0x30,       /* RESULT/ERROR: stable short name, e.g. "EINTEGRITY" */
 	PD_T_SENTENCE = 0x31,      /* RESULT/ERROR: human sentence, UTF-8 */
+	PD_T_SESSION_KEY = 0x32,   /* RESULT OK: u8 symmetric algo, key octets (WANT_SESSION_KEY) */
+	PD_T_SESSION_KEY_REFUSED = 0x33, /* RESULT OK: u8 why no SESSION_KEY (PD_SKR_*) */
 };
 
 #define PD_RECIPIENT_WILDCARD 0x1u
+
+/* SESSION_KEY_REFUSED reasons */
+#define PD_SKR_POLICY 1     /* not allowed for this peer (allow-session-key-export) */
+#define PD_SKR_UNPROTECTED 2 /* the message has no integrity protection (SED): no key is given out */
 
 struct pd_frame_hdr { /* public, by value */
 	uint32_t len;  /* payload octets, header excluded */
@@ -156,6 +164,9 @@ struct pd_decrypt_req { /* public, by value */
 	size_t password_len;
 	uint64_t size_hint;           /* valid when has_size_hint */
 	bool has_size_hint;
+	const uint8_t *session_key;   /* NULL or key octets (into the payload when parsed) */
+	size_t session_key_len;       /* 1..PD_SESSION_KEY_MAX */
+	uint8_t session_key_algo;     /* OpenPGP symmetric algorithm id */
 };
 /** DECRYPT request. */
 int pd_frame_encode_decrypt(uint8_t *out, size_t cap, uint32_t id, const struct pd_decrypt_req *r);
@@ -169,6 +180,10 @@ struct pd_result { /* public, by value */
 	uint64_t bytes_in, bytes_out;
 	char errname[24];
 	char sentence[PD_SENTENCE_MAX + 1];
+	/* WANT_SESSION_KEY: the key (sk_len > 0) or why none (sk_refused, PD_SKR_*).
+	 * Whoever fills sk wipes it. */
+	uint8_t sk_algo, sk_len, sk_refused;
+	uint8_t sk[PD_SESSION_KEY_MAX];
 };
 /** RESULT: status fields, plus the algorithms and key of info (may be NULL). */
 int pd_frame_encode_result(uint8_t *out, size_t cap, uint32_t id, const struct pd_result *r,

@@ -9,7 +9,8 @@ import threading
 
 HELLO, ERROR, DECRYPT, DATA, END, PING, STATS, KEYS = 0x01, 0x02, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15
 METADATA, RESULT, PONG, KEY = 0x20, 0x21, 0x22, 0x23
-F_VERIFIED_ONLY, F_WANT_METADATA = 0x1, 0x2
+F_VERIFIED_ONLY, F_WANT_METADATA, F_WANT_SESSION_KEY = 0x1, 0x2, 0x4
+T_PASSWORD, T_SESSION_KEY_IN, T_SESSION_KEY, T_SESSION_KEY_REFUSED = 0x02, 0x04, 0x32, 0x33
 T_ERRNAME, T_SENTENCE = 0x30, 0x31
 T_LITERAL_NAME, T_LITERAL_DATE, T_LITERAL_FORMAT, T_ARMORED, T_CONTAINER = 0x10, 0x11, 0x12, 0x13, 0x14
 T_SYM_ALGO, T_AEAD, T_PK_ALGO, T_KEY_FPR, T_COMPRESSION = 0x15, 0x16, 0x17, 0x18, 0x19
@@ -32,6 +33,10 @@ class ConnectionEnded(Exception):
 
 def frame(ftype, fid, payload=b""):
     return struct.pack(">IBI", len(payload), ftype, fid) + payload
+
+
+def tlv(tag, value):
+    return struct.pack(">BH", tag, len(value)) + value
 
 
 def tlvs(p):
@@ -132,10 +137,10 @@ class Client:
 
     # -- requests -----------------------------------------------------
 
-    def send_decrypt(self, data, flags=0, chunk=None, rid=None):
+    def send_decrypt(self, data, flags=0, chunk=None, rid=None, opts=b""):
         rid = rid or self.new_id()
         chunk = chunk or self.max_frame
-        self.send(frame(DECRYPT, rid, struct.pack(">I", flags)))
+        self.send(frame(DECRYPT, rid, struct.pack(">I", flags) + opts))
         for off in range(0, len(data), chunk * 16):
             block = data[off:off + chunk * 16]
             self.send(b"".join(frame(DATA, rid, block[o:o + chunk]) for o in range(0, len(block), chunk)))
@@ -170,11 +175,11 @@ class Client:
             raise ConnectionEnded(status, "")
         return ftype, fid, payload
 
-    def _decrypt_select(self, data, flags, chunk):
+    def _decrypt_select(self, data, flags, chunk, opts=b""):
         """One thread, non-blocking: an SSL socket must not be used by two threads."""
         rid = self.new_id()
         chunk = chunk or self.max_frame
-        out = [frame(DECRYPT, rid, struct.pack(">I", flags))]
+        out = [frame(DECRYPT, rid, struct.pack(">I", flags) + opts)]
         out += [frame(DATA, rid, data[o:o + chunk]) for o in range(0, len(data), chunk)]
         out.append(frame(END, rid))
         pending = b"".join(out)
@@ -218,15 +223,16 @@ class Client:
             self.s.settimeout(timeout)
         return b"".join(plain), res, meta
 
-    def decrypt(self, data, flags=0, chunk=None):
-        """Send from a thread while reading, as the protocol requires (section 10)."""
+    def decrypt(self, data, flags=0, chunk=None, opts=b""):
+        """Send from a thread while reading, as the protocol requires (section 10).
+        opts: TLVs for the DECRYPT frame (tlv())."""
         if isinstance(self.s, ssl.SSLSocket):
-            return self._decrypt_select(data, flags, chunk)
+            return self._decrypt_select(data, flags, chunk, opts)
         rid = self.new_id()
 
         def sender():
             try:
-                self.send_decrypt(data, flags, chunk, rid)
+                self.send_decrypt(data, flags, chunk, rid, opts)
             except OSError:  # the server may answer early and close
                 pass
         t = threading.Thread(target=sender, daemon=True)

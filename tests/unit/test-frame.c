@@ -485,7 +485,7 @@ static void test_unknown_and_misdirected(void **state)
 	assert_int_equal(decode_once(PD_FROM_SERVER, PD_FRAME_MAX_DEFAULT, hdr, sizeof(hdr), NULL), -EPROTO);
 	/* Unknown DECRYPT flags and critical TLVs are refused; non-critical skipped. */
 	struct pd_decrypt_req dr;
-	static const uint8_t flag4[] = { 0, 0, 0, 4 };
+	static const uint8_t flag4[] = { 0, 0, 0, 8 }; /* 4 is WANT_SESSION_KEY */
 	assert_int_equal(pd_parse_decrypt(flag4, sizeof(flag4), &dr), -EPROTO);
 	static const uint8_t crit[] = { 0, 0, 0, 1, 0x85, 0, 1, 7 };
 	assert_int_equal(pd_parse_decrypt(crit, sizeof(crit), &dr), -EPROTO);
@@ -640,6 +640,68 @@ static void test_consumed_payload_wiped(void **state)
 	pd_frame_decoder_free(d);
 }
 
+/* Session keys: the DECRYPT's SESSION_KEY_IN and flag, the RESULT's
+ * SESSION_KEY or SESSION_KEY_REFUSED, byte for byte, and their bounds. */
+static void test_session_key_tlvs(void **state)
+{
+	(void)state;
+	uint8_t buf[PD_FRAME_STRUCT_MAX], key[32];
+	for (int i = 0; i < 32; i++)
+		key[i] = (uint8_t)(0xa0 + i);
+	struct pd_decrypt_req d = { .flags = PD_DF_WANT_SESSION_KEY, .session_key = key, .session_key_len = 16,
+	                            .session_key_algo = 7 };
+	int n = pd_frame_encode_decrypt(buf, sizeof(buf), 5, &d);
+	assert_int_equal(n, PD_FRAME_HDR_LEN + 4 + 3 + 17);
+	static const uint8_t head[] = { 0, 0, 0, 4, 0x04, 0, 17, 7, 0xa0 };
+	assert_memory_equal(buf + PD_FRAME_HDR_LEN, head, sizeof(head));
+	struct pd_decrypt_req back;
+	assert_int_equal(pd_parse_decrypt(buf + PD_FRAME_HDR_LEN, (size_t)n - PD_FRAME_HDR_LEN, &back), 0);
+	assert_int_equal(back.flags, PD_DF_WANT_SESSION_KEY);
+	assert_int_equal(back.session_key_algo, 7);
+	assert_int_equal(back.session_key_len, 16);
+	assert_memory_equal(back.session_key, key, 16);
+	/* 0 octets or more than 32 of key: not encodable, not parsed */
+	d.session_key_len = 33;
+	assert_int_equal(pd_frame_encode_decrypt(buf, sizeof(buf), 5, &d), -EINVAL);
+	d.session_key_len = 0;
+	assert_int_equal(pd_frame_encode_decrypt(buf, sizeof(buf), 5, &d), -EINVAL);
+	uint8_t p[64] = { 0, 0, 0, 0, 0x04, 0, 1, 9 };
+	assert_int_equal(pd_parse_decrypt(p, 8, &back), -EPROTO);
+	p[6] = 34;
+	assert_int_equal(pd_parse_decrypt(p, 7 + 34, &back), -EPROTO);
+	/* twice */
+	static const uint8_t twice[] = { 0, 0, 0, 0, 4, 0, 2, 9, 1, 4, 0, 2, 9, 1 };
+	assert_int_equal(pd_parse_decrypt(twice, sizeof(twice), &back), -EPROTO);
+	/* an unknown flag still is a bad request */
+	static const uint8_t flag8[] = { 0, 0, 0, 8 };
+	assert_int_equal(pd_parse_decrypt(flag8, 4, &back), -EPROTO);
+
+	struct pd_result r = { .status = 0, .integrity = 1, .sk_algo = 9, .sk_len = 32 };
+	memcpy(r.sk, key, 32);
+	n = pd_frame_encode_result(buf, sizeof(buf), 5, &r, NULL);
+	assert_true(n > 0);
+	struct pd_result rb;
+	struct pd_msginfo mi;
+	assert_int_equal(pd_parse_result(buf + PD_FRAME_HDR_LEN, (size_t)n - PD_FRAME_HDR_LEN, &rb, &mi), 0);
+	assert_int_equal(rb.sk_algo, 9);
+	assert_int_equal(rb.sk_len, 32);
+	assert_memory_equal(rb.sk, key, 32);
+	assert_int_equal(rb.sk_refused, 0);
+	/* without the info pointer too: the key is the RESULT's own field */
+	memset(&rb, 0, sizeof(rb));
+	assert_int_equal(pd_parse_result(buf + PD_FRAME_HDR_LEN, (size_t)n - PD_FRAME_HDR_LEN, &rb, NULL), 0);
+	assert_int_equal(rb.sk_len, 32);
+	struct pd_result refused = { .status = 0, .integrity = 1, .sk_refused = PD_SKR_POLICY };
+	n = pd_frame_encode_result(buf, sizeof(buf), 5, &refused, NULL);
+	assert_int_equal(pd_parse_result(buf + PD_FRAME_HDR_LEN, (size_t)n - PD_FRAME_HDR_LEN, &rb, &mi), 0);
+	assert_int_equal(rb.sk_refused, PD_SKR_POLICY);
+	assert_int_equal(rb.sk_len, 0);
+	/* a refusal reason of 0, or a SESSION_KEY in an ERROR: violations / skipped */
+	uint8_t res0[20 + 4] = { 0, 0, 1, 0 };
+	res0[20] = 0x33; res0[21] = 0; res0[22] = 1; res0[23] = 0;
+	assert_int_equal(pd_parse_result(res0, sizeof(res0), &rb, &mi), -EPROTO);
+}
+
 static void test_status_mapping(void **state)
 {
 	(void)state;
@@ -697,6 +759,7 @@ int main(void)
 		cmocka_unit_test(test_garbage),
 		cmocka_unit_test(test_consumed_payload_wiped),
 		cmocka_unit_test(test_status_mapping),
+		cmocka_unit_test(test_session_key_tlvs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
