@@ -111,6 +111,8 @@ static void usage_text(FILE *f)
 "                           to clients its allow-session-key-export names\n"
 "                           (refused: the plaintext is still written, exit 77).\n"
 "                           One FILE only\n"
+"      --status-fd N        write gpg's status lines for each message to file\n"
+"                           descriptor N (as gpg --status-fd does for -d)\n"
 "  -v, --verbose            print a line per message on standard error: status,\n"
 "                           integrity, key, algorithms, sizes, literal name\n"
 "\n"
@@ -618,6 +620,7 @@ struct opts {
 	bool verified_only;
 	const char *password_file;
 	const char *sk_in_file, *sk_out_file; /* --with-session-key, --session-key-out */
+	int status_fd;              /* --status-fd: gpg's status lines (gpgfmt.h), -1: none */
 	long concurrency, requests, pipeline, threads;
 	bool json, bench_opts;
 	bool mime, mime_opts;
@@ -636,8 +639,36 @@ static int connect_or_die(const struct opts *o, struct pdc_conn **ret)
 	return 0;
 }
 
+/* --status-fd: the daemon's keys, for DECRYPTION_KEY's primary fingerprint */
+struct keylist {
+	struct pdc_key *v;
+	size_t n, cap;
+};
+
+static int keylist_add(void *arg, const struct pdc_key *k)
+{
+	struct keylist *l = arg;
+	if (l->n == l->cap) {
+		size_t nc = l->cap ? 2 * l->cap : 16;
+		struct pdc_key *nv = nc < 65536 ? realloc(l->v, nc * sizeof(*nv)) : NULL;
+		if (!nv)
+			return 0;
+		l->v = nv;
+		l->cap = nc;
+	}
+	l->v[l->n++] = *k;
+	return 0;
+}
+
+static void keylist_done(void *arg, const struct pdc_result *r)
+{
+	(void)arg;
+	(void)r;
+}
+
 static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 {
+	struct keylist keys = { 0 };
 	static char *stdin_name[] = { "-" };
 	if (nfiles == 0) {
 		nfiles = 1;
@@ -670,6 +701,7 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 		refuse_same_outputs(jobs, nfiles);
 	size_t pwlen = 0;
 	char *pw = o->password_file ? read_password(o->password_file, &pwlen) : NULL;
+	bool pw_given = pw != NULL;
 	uint8_t sk[PDC_SESSION_KEY_MAX], sk_algo = 0;
 	size_t sk_len = 0;
 	if ((o->sk_in_file || o->sk_out_file) && nfiles > 1)
@@ -679,6 +711,8 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 
 	struct pdc_conn *c;
 	connect_or_die(o, &c);
+	if (o->status_fd >= 0)
+		(void)pdc_submit_keys(c, keylist_add, keylist_done, &keys);
 	for (int i = 0; i < nfiles; i++) {
 		struct job *j = &jobs[i];
 		if (strcmp(files[i], "-") == 0) {
@@ -727,6 +761,13 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 	int code = 0;
 	for (int i = 0; i < nfiles; i++) {
 		struct job *j = &jobs[i];
+		if (o->status_fd >= 0) {
+			struct pdc_gpg_status sl = { .fd = o->status_fd };
+			struct pdc_gpg_outcome oc = { .r = &j->res, .keys = keys.v, .n_keys = keys.n,
+			                              .password_given = pw_given, .session_key_given = sk_len > 0 };
+			if (j->exit_code == 0)
+				(void)pdc_gpg_status_decrypt(&sl, &oc);
+		}
 		int k = finish_job(j);
 		if (k == 0 && o->sk_out_file)
 			k = write_session_key(o->sk_out_file, &j->res);
@@ -742,6 +783,7 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 	live_jobs = NULL;
 	n_live_jobs = 0;
 	free(jobs);
+	free(keys.v);
 	return code;
 }
 
@@ -1229,7 +1271,7 @@ static long num(const char *opt, const char *s, long min, long max)
 enum {
 	O_TLS_CA = 256, O_TLS_CERT, O_TLS_KEY, O_TLS_NAME, O_TLS_PIN, O_NO_TLS, O_VERIFIED, O_PWFILE,
 	O_CONC, O_REQS, O_PIPE, O_THREADS, O_JSON,
-	O_MIME, O_ON_FAILURE, O_ON_NO_KEY, O_HP, O_KEEP_ORIG, O_SPOOL, O_MAX_PLAIN, O_NO_RETRY, O_SK_IN, O_SK_OUT,
+	O_MIME, O_ON_FAILURE, O_ON_NO_KEY, O_HP, O_KEEP_ORIG, O_SPOOL, O_MAX_PLAIN, O_NO_RETRY, O_SK_IN, O_SK_OUT, O_STATUS_FD,
 };
 
 /* --mime: one whole mail through the MIME decryptor (mail/pdmail.c). */
@@ -1349,9 +1391,10 @@ int main(int argc, char **argv)
 		{ "no-retry", no_argument, NULL, O_NO_RETRY },
 		{ "with-session-key", required_argument, NULL, O_SK_IN },
 		{ "session-key-out", required_argument, NULL, O_SK_OUT },
+		{ "status-fd", required_argument, NULL, O_STATUS_FD },
 		{ 0 },
 	};
-	struct opts o = { .concurrency = 1, .requests = 100, .pipeline = 1, .threads = 1 };
+	struct opts o = { .concurrency = 1, .requests = 100, .pipeline = 1, .threads = 1, .status_fd = -1 };
 	pd_mail_policy_default(&o.policy);
 	o.cfg.software = "pgpdecd-client/" PD_VERSION;
 	long timeout_s = 60;
@@ -1390,6 +1433,7 @@ int main(int argc, char **argv)
 		case O_PWFILE: o.password_file = optarg; break;
 		case O_SK_IN: o.sk_in_file = optarg; break;
 		case O_SK_OUT: o.sk_out_file = optarg; break;
+		case O_STATUS_FD: o.status_fd = (int)num("--status-fd", optarg, 0, 1 << 20); break;
 		case O_CONC: o.concurrency = num("--concurrency", optarg, 1, 100000); o.bench_opts = true; break;
 		case O_REQS: o.requests = num("--requests", optarg, 1, 100000000); o.bench_opts = true; break;
 		case O_PIPE: o.pipeline = num("--pipeline", optarg, 1, 100000); o.bench_opts = true; break;
