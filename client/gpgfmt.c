@@ -219,8 +219,9 @@ int pdc_gpg_status_decrypt(struct pdc_gpg_status *st, const struct pdc_gpg_outco
 			hexup(hex2, k->primary_fpr, k->primary_fpr_len);
 		else
 			memcpy(hex2, hex, sizeof(hex));
-		/* "u": a key the operator loaded, as gpg's own secret keys are ultimately trusted */
-		pdc_gpg_status(st, "DECRYPTION_KEY", "%s %s u", hex, hex2);
+		/* otrust "-": pgpdecd has no trust database (gpg says "u" for a key
+		 * its home trusts ultimately, "-" for an imported one) */
+		pdc_gpg_status(st, "DECRYPTION_KEY", "%s %s -", hex, hex2);
 	}
 	pdc_gpg_status(st, "BEGIN_DECRYPTION", NULL);
 	if (!verified) {
