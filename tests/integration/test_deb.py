@@ -46,6 +46,10 @@ WANT = {
     "pgpdecd-client": [
         r"\./usr/bin/pgpdecd-client$",
         r"\./usr/share/man/man1/pgpdecd-client\.1\.gz$",
+        r"\./usr/bin/pgpdecd-gpg$",
+        r"\./usr/share/man/man1/pgpdecd-gpg\.1\.gz$",
+        r"\./usr/lib/pgpdecd-gpg/gpg -> \.\./\.\./bin/pgpdecd-gpg$",
+        r"\./usr/lib/pgpdecd-gpg/gpg2 -> \.\./\.\./bin/pgpdecd-gpg$",
         r"\./usr/share/doc/pgpdecd-client/examples/postfix/README\.md$",
         r"\./usr/share/doc/pgpdecd-client/examples/haproxy/haproxy\.cfg$",
     ],
@@ -75,11 +79,11 @@ WANT = {
 }
 # Nothing of one package may sneak into another.
 NOT = {
-    "pgpdecd": [r"pgpdecd-client", r"libpdclient", r"\.h$", r"milter", r"pgpdecd-sop"],
+    "pgpdecd": [r"pgpdecd-client", r"libpdclient", r"\.h$", r"milter", r"pgpdecd-sop", r"pgpdecd-gpg"],
     "pgpdecd-milter": [r"/bin/", r"/sbin/pgpdecd$", r"pgpdecd\.service$", r"pgpdecd\.socket$",
                        r"libpdclient\.so", r"\.h$", r"/pgpdecd\.conf$"],
     "pgpdecd-client": [r"/sbin/", r"\.service$", r"libpdclient\.so", r"pgpdecd-sop"],
-    "pgpdecd-sop": [r"/sbin/", r"\.service$", r"libpdclient", r"\.h$", r"pgpdecd-client", r"/etc/"],
+    "pgpdecd-sop": [r"/sbin/", r"\.service$", r"libpdclient", r"\.h$", r"pgpdecd-client", r"/etc/", r"pgpdecd-gpg"],
     "libpdclient0": [r"/bin/", r"\.h$", r"\.pc$", r"libpdclient\.so -> "],
     "libpdclient-dev": [r"/bin/", r"\.so\.0"],
 }

@@ -225,7 +225,7 @@ def test_exec_start_as_systemd_would(tmp_path):
     assert reloaded, text
 
 
-MAN_PAGES = ["pgpdecd.8", "pgpdecd.conf.5", "pgpdecd-client.1", "pgpdecd-sop.1"]
+MAN_PAGES = ["pgpdecd.8", "pgpdecd.conf.5", "pgpdecd-client.1", "pgpdecd-sop.1", "pgpdecd-gpg.1"]
 
 
 @pytest.mark.skipif(shutil.which("man") is None, reason="man-db not installed")
@@ -263,6 +263,19 @@ def test_man_covers_every_daemon_option():
     assert not missing5, f"not in pgpdecd.conf(5): {missing5}"
     for n in names:
         assert f"--{n}" in helptext
+
+
+@pytest.mark.skipif(shutil.which("man") is None, reason="man-db not installed")
+def test_man_covers_every_gpg_front_option():
+    """Every option pgpdecd-gpg takes (client/gpg-cli.c's table) is in
+    pgpdecd-gpg(1)."""
+    src = (SRC / "client" / "gpg-cli.c").read_text()
+    table = src[src.index("optspecs[] = {"):src.index("};", src.index("optspecs[] = {"))]
+    names = re.findall(r'\{ "([a-z0-9-]+)", A_', table)
+    assert len(names) > 40
+    man1 = _rendered("pgpdecd-gpg.1")
+    missing = [n for n in names if f"--{n}" not in man1]
+    assert not missing, f"not in pgpdecd-gpg(1): {missing}"
 
 
 @pytest.mark.skipif(shutil.which("man") is None, reason="man-db not installed")
