@@ -1518,8 +1518,8 @@ int main(int argc, char **argv)
 	if (o.mime_opts && !o.mime)
 		die(EX_USAGE, "--on-failure, --on-no-key, --protected-headers, --keep-original, --spool-dir and --max-plaintext belong to --mime");
 	if (o.mime) {
-		if (o.password_file || o.sk_in_file || o.sk_out_file)
-			die(EX_USAGE, "--mime does not take --password-file, --with-session-key or --session-key-out");
+		if (o.password_file || o.sk_in_file || o.sk_out_file || o.status_fd >= 0)
+			die(EX_USAGE, "--mime does not take --password-file, --with-session-key, --session-key-out or --status-fd");
 		code = cmd_mime(&o, nargs, args);
 		for (size_t i = 0; i < n_hostports; i++)
 			free(hps[i]);
@@ -1528,12 +1528,14 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "ping") == 0 || strcmp(cmd, "stats") == 0 || strcmp(cmd, "keys") == 0) {
 		if (nargs != 1)
 			die(EX_USAGE, "%s takes no arguments", cmd);
-		if (o.output || o.verified_only || o.password_file || o.sk_in_file || o.sk_out_file)
+		if (o.output || o.verified_only || o.password_file || o.sk_in_file || o.sk_out_file || o.status_fd >= 0)
 			die(EX_USAGE, "-o, --verified-only, --password-file and the session key options are for decryption");
 		code = cmd[0] == 'p' ? cmd_ping(&o) : cmd[0] == 's' ? cmd_stats(&o) : cmd_keys(&o);
 	} else if (is_bench) {
 		if (o.output)
 			die(EX_USAGE, "bench discards the plaintext: -o makes no sense");
+		if (o.sk_in_file || o.sk_out_file || o.status_fd >= 0)
+			die(EX_USAGE, "bench takes neither the session key options nor --status-fd");
 		code = cmd_bench(&o, nargs - 1, args + 1);
 	} else {
 		code = cmd_decrypt(&o, nargs, args);
