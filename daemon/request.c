@@ -106,6 +106,20 @@ static void wake(struct pd_request *r)
  * name a file the peer chose); the key only for a verified message (a
  * failed one says nothing of which key or trial decoded, here as on the
  * wire).  Bytes in are what the peer sent, bytes out what the RESULT says. */
+/* What opened a request, for its log lines: the subkey's fingerprint (a
+ * verified message only), "session-key" or "password" for one that
+ * verified without a key, "-" otherwise.  fpr has 65 octets. */
+static void key_text(const struct pd_request *r, uint16_t status, char *fpr)
+{
+	snprintf(fpr, 65, "-");
+	if (r->ok_fpr_len) {
+		for (size_t i = 0; i < r->ok_fpr_len; i++)
+			snprintf(fpr + 2 * i, 3, "%02X", r->ok_fpr[i]);
+	} else if (status == PD_ST_OK) {
+		snprintf(fpr, 65, r->skey_given ? "session-key" : "password");
+	}
+}
+
 static void log_outcome(const struct pd_request *r, uint16_t status, double seconds)
 {
 	int lvl = pd_d.cfg->log_requests;
@@ -115,12 +129,7 @@ static void log_outcome(const struct pd_request *r, uint16_t status, double seco
 
 	if (lvl < 0)
 		return;
-	if (r->ok_fpr_len) {
-		for (size_t i = 0; i < r->ok_fpr_len; i++)
-			snprintf(fpr + 2 * i, 3, "%02X", r->ok_fpr[i]);
-	} else if (status == PD_ST_OK) {
-		snprintf(fpr, sizeof(fpr), r->skey_given ? "session-key" : "password");
-	}
+	key_text(r, status, fpr);
 	const char *st = pd_status_name(status);
 	const char *in = integ[r->ok_integrity < 4 ? r->ok_integrity : 0];
 	snprintf(f_req, sizeof(f_req), "PGPDECD_REQUEST=%llu", (unsigned long long)r->seq);
@@ -149,12 +158,7 @@ static void log_session_key(const struct pd_request *r, uint16_t status)
 
 	if (!r->want_sk)
 		return;
-	if (r->ok_fpr_len) {
-		for (size_t i = 0; i < r->ok_fpr_len; i++)
-			snprintf(fpr + 2 * i, 3, "%02X", r->ok_fpr[i]);
-	} else if (status == PD_ST_OK) {
-		snprintf(fpr, sizeof(fpr), r->skey_given ? "session-key" : "password");
-	}
+	key_text(r, status, fpr);
 	/* 0: answered before the engine's end (timeout, limit, shutdown) */
 	const char *w = what[r->sk_outcome && r->sk_outcome < 4 ? r->sk_outcome : 3];
 	snprintf(f_req, sizeof(f_req), "PGPDECD_REQUEST=%llu", (unsigned long long)r->seq);
