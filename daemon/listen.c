@@ -17,6 +17,7 @@
 #include "config.h"
 #include "daemon.h"
 #include "listen.h"
+#include "sock.h"
 #include "log.h"
 #include "peer.h"
 #include "session.h"
@@ -121,25 +122,6 @@ static int check_parent(const char *name, const char *path, char *err, size_t er
 	return 0;
 }
 
-/* Whether a process accepts connections on the unix socket at path: 1 yes,
- * 0 nobody (a stale socket: ECONNREFUSED, or gone), or -errno when that
- * cannot be told (a socket this user may not connect to).  Non-blocking: a
- * listener with a full backlog answers EAGAIN, and is alive. */
-static int socket_answers(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int r, fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return -errno;
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN || errno == EINPROGRESS)
-		r = 1;
-	else
-		r = errno == ECONNREFUSED || errno == ENOENT ? 0 : -errno;
-	close(fd);
-	return r;
-}
-
 /* Whoever can write the socket's directory can replace the socket (by a
  * symlink to a file of ours, for instance): the daemon never changes
  * anything by path after bind, and says when the directory lets others in. */
@@ -198,7 +180,7 @@ static int bind_unix(uv_loop_t *loop, const struct pd_config *c, const char *pat
 			snprintf(err, errlen, "listen %s: exists and is not a socket", ls->name);
 			return -EEXIST;
 		}
-		r = socket_answers(path);
+		r = pd_unix_socket_answers(path);
 		if (r > 0) {
 			snprintf(err, errlen, "listen %s: another pgpdecd is listening on %s (it accepted a connection): "
 			         "stop it first, or listen on another path", ls->name, path);

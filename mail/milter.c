@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sock.h"
 #include "pd-config.h"
 #include "milter-config.h"
 #include "milter-hdr.h"
@@ -683,26 +684,15 @@ static struct smfiDesc desc = {
 
 /* ---------------------------------------------------------------- */
 
-/* Whether a process accepts connections on the unix socket at path: 1 yes,
- * 0 nobody (ECONNREFUSED: a stale socket, or none), -errno when that
- * cannot be told.  libmilter's smfi_opensocket(true) removes any socket
- * there, a live one too: asked first. */
+/* libmilter's smfi_opensocket(true) removes any socket at path, a live one
+ * too: asked first (proto/sock.h).  Nothing there, or not a socket: 0,
+ * libmilter's own check says so. */
 static int socket_answers(const char *path)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
-	int r, fd;
 	if (lstat(path, &st) < 0 || !S_ISSOCK(st.st_mode))
-		return 0; /* nothing there, or not a socket: libmilter's own check says so */
-	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
-		return -errno;
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN || errno == EINPROGRESS)
-		r = 1;
-	else
-		r = errno == ECONNREFUSED || errno == ENOENT ? 0 : -errno;
-	close(fd);
-	return r;
+		return 0;
+	return pd_unix_socket_answers(path);
 }
 
 static const char *unix_path(const char *listen)
