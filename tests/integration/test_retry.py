@@ -72,8 +72,12 @@ def finish(p):
 def test_bench_survives_a_daemon(world, msgs, tmp_path, how):
     """Two daemons, a bench over both with retry (the default): one is
     killed with SIGKILL, or stopped with SIGTERM, in the middle.  No request
-    fails, every plaintext is the same as gpg encrypted, and requests were
-    sent again (to the other daemon)."""
+    fails, every plaintext is the same as gpg encrypted, and the other
+    daemon takes the load.  After SIGKILL the requests in flight are sent
+    again; after SIGTERM they finish where they are (the drain), so nothing
+    need be resent here: a small message's ciphertext is always there before
+    the signal.  The drain's SHUTTING_DOWN for a request whose ciphertext
+    has not come is test_daemon's test_sigterm_answers_unstarted_requests_at_once."""
     da, db = two(world, tmp_path)
     f, plain = msgs["small"]
     try:
