@@ -424,6 +424,47 @@ def test_stop_drains_in_flight_message(box, tmp_path):
     assert box.main_pid() != pid
 
 
+def test_kill9_under_load_loses_nothing(box):
+    """SIGKILL of the daemon in the middle of a bench (8 connections, retry
+    on, as installed): systemd restarts it (Restart=on-failure, 2 s) on the
+    socket it kept, connections made meanwhile wait in its backlog, and the
+    client sends again what was in flight: every request ends OK with the
+    same plaintext, and some were sent again."""
+    m = box.m
+    if box.active() != "active":
+        box.restart()
+    restarts = int(m.prop("pgpdecd.service", "NRestarts"))
+    pid = box.main_pid()
+    n = 6000
+    p = m.popen(["pgpdecd-client", "-s", SOCK, "-t", "60", "bench", "--concurrency", "8",
+                 "--requests", str(n), "--json", f"{DATA}/a.gpg"], user=CLIENT_USER,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        # in the middle: the killed daemon has served some of the requests
+        wait_for(lambda: p.poll() is not None or
+                 m.journal(None, f"_PID={pid}").count("[REQ] request ") >= 200,
+                 "200 requests served", 60)
+        assert p.poll() is None, "the bench ended before the kill"
+        m.systemctl("kill", "--kill-who=main", "-s", "SIGKILL", "pgpdecd.service")
+        t = time.monotonic()
+        new = wait_for(lambda: box.active() == "active" and box.main_pid() not in (0, pid)
+                       and box.main_pid(), "a new MainPID", 60)
+        print(f"SIGKILL to pid {pid}: new MainPID {new} after {time.monotonic() - t:.1f} s")
+        out, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 0, err.decode(errors="replace")
+    j = json.loads(out.decode().strip().splitlines()[-1])
+    print({k: j[k] for k in ("ok", "failed", "mismatched", "resent", "seconds") if k in j})
+    assert j["ok"] == n and j["failed"] == 0 and j["mismatched"] == 0, j
+    assert j["plaintext_sha256"] == [hashlib.sha256(b"hello a\n").hexdigest().upper()], j
+    assert j["resent"] > 0, j
+    assert int(m.prop("pgpdecd.service", "NRestarts")) == restarts + 1
+    assert m.journal(None, f"_PID={new}").count("[REQ] request ") > 0, "the new daemon served nothing"
+
+
 def test_watchdog_restarts_a_stopped_daemon(box):
     """WatchdogSec=30s: a daemon that stops feeding the watchdog (SIGSTOP)
     is killed (SIGABRT) and restarted (Restart=on-failure)."""
