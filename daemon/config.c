@@ -40,7 +40,7 @@ static const struct opt opts[] = {
 	{ "strict-keys", 0, T_BOOL, O(strict_keys), "BOOL", "refuse to start or reload when a key is skipped as unusable (default no)" },
 	{ "workers", 'w', T_UINT, O(workers), "N", "decryption threads (default: one per CPU)" },
 	{ "rsa-backend", 0, T_STR, O(rsa_backend), "openssl|gcrypt", "RSA private-key backend" },
-	{ "secmem-size", 0, T_SIZE, O(secmem_size), "BYTES", "locked secure memory for keys (default 4M)" },
+	{ "secmem-size", 0, T_SIZE, O(secmem_size), "BYTES", "locked secure memory for keys (default 0: sized from the key files, at least 4M)" },
 	{ "log-level", 0, T_LEVEL, O(log_level), "LEVEL", "err, warning, notice, info (default), debug" },
 	{ "log-requests", 0, T_LEVEL_OFF, O(log_requests), "LEVEL|off", "level of the line logged per finished request (default info)" },
 	{ "queue-length", 0, T_UINT, O(queue_length), "N", "messages being decrypted at once (a request counts from its first ciphertext); more get OVERLOADED (default 512)" },
@@ -92,7 +92,7 @@ static const struct opt opts[] = {
 
 static void set_defaults(struct pd_config *c)
 {
-	c->secmem_size = 4u << 20;
+	c->secmem_size = 0; /* sized from the key files at start: pd_keyset_secmem_auto */
 	c->log_level = PD_LOG_INFO;
 	c->log_requests = PD_LOG_INFO;
 	c->queue_length = 512;

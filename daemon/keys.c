@@ -16,6 +16,7 @@
  * load, and a load that leaves no decryption key fails anyway.
  */
 #include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <gcrypt.h>
@@ -37,6 +38,7 @@
 #define MAX_KEYFILE (1u << 20) /* a transferable secret key is a few KiB */
 #define MAX_PASS 4096
 #define PASS_SUFFIX ".passphrase"
+#define SECMEM_MIN (4u << 20)  /* secmem-size 0: at least this */
 
 struct pd_keyset {
 	atomic_uint n_ref;
@@ -166,8 +168,8 @@ struct load {
 	size_t nother;
 	uint8_t *gpass;       /* the passphrase-file's content */
 	size_t gpass_len, gpass_filelen;
-	const char *cur;      /* key file being loaded */
-	unsigned n_warned;    /* keys of cur skipped as unusable */
+	size_t nfiles_total;  /* key files of the whole load */
+	size_t nfiles_done;   /* ... finished so far */
 	unsigned n_skipped;   /* unusable keys and key files, whole load */
 	char first_skip[512]; /* the first of them, for the final sentence */
 };
@@ -338,16 +340,59 @@ static void warn_orphans(const char *dir)
 	closedir(d);
 }
 
-/* The key ring reports each key it does not add. */
+/* ------------------------------------------------------------------ */
+/* One key file, loaded in three steps: prepare (in file order: which
+ * passphrase), unlock (on any of the load's threads: reads, S2K, RSA
+ * setup, into a ring of its own), finish (in file order again: the log
+ * lines, the errors and the merge into the set's ring), so that the set,
+ * the messages and the first error reported are those of loading the files
+ * one after another, while the CPU work runs on as many threads as there
+ * are workers. */
+
+struct skiprec {
+	enum pd_keyskip_kind kind;
+	char *name, *reason;
+};
+
+struct job {
+	const char *path;
+	char *passpath;            /* its own passphrase file, or NULL for passphrase-file */
+	int r;                     /* of the step that failed, or pd_keyring_add's count */
+	enum { J_OK, J_FAIL, J_PASSREAD, J_KEYREAD, J_ADD } stage;
+	bool pass_read, key_read;  /* for the list of files read */
+	struct pd_keyring *kr;     /* what it added, until the merge */
+	char detail[512];          /* J_FAIL: the whole sentence; J_ADD: the ring's detail */
+	struct skiprec *skips;
+	size_t nskips;
+};
+
+static void job_clear(struct job *j)
+{
+	for (size_t i = 0; i < j->nskips; i++) {
+		free(j->skips[i].name);
+		free(j->skips[i].reason);
+	}
+	free(j->skips);
+	free(j->passpath);
+	pd_keyring_free(j->kr);
+	memset(j, 0, sizeof(*j));
+}
+
+/* The key ring reports each key it does not add: kept for the finish
+ * step, which logs them in file order. */
 static void on_skip(void *ctx, const struct pd_keyskip *s)
 {
-	struct load *L = ctx;
-	if (s->kind == PD_KEYSKIP_UNSUPPORTED || s->kind == PD_KEYSKIP_MALFORMED) {
-		pd_log_warn("SYS", "%s in %s skipped: %s", s->name, L->cur, s->reason);
-		note_skip(L, "%s in %s: %s", s->name, L->cur, s->reason);
-		L->n_warned++;
-	} else {
-		pd_log_debug("SYS", "%s in %s is not a decryption key: %s", s->name, L->cur, s->reason);
+	struct job *j = ctx;
+	struct skiprec *nv = realloc(j->skips, (j->nskips + 1) * sizeof(*nv));
+	if (!nv)
+		return;
+	j->skips = nv;
+	nv[j->nskips] = (struct skiprec){ s->kind, strdup(s->name), strdup(s->reason) };
+	if (nv[j->nskips].name && nv[j->nskips].reason)
+		j->nskips++;
+	else {
+		free(nv[j->nskips].name);
+		free(nv[j->nskips].reason);
 	}
 }
 
@@ -398,87 +443,158 @@ static int pass_source(struct load *L, const char *path, const struct stat *st, 
 	return r;
 }
 
-static int add_file(struct load *L, const char *path)
+/* Step 1, in file order: which passphrase unlocks path. */
+static int prepare_file(struct load *L, struct job *j)
 {
-	struct pd_keyset *ks = L->ks;
-	uint8_t *data = NULL, *own = NULL;
-	size_t len = 0, ownlen = 0, before = pd_keyring_count(ks->kr);
-	char detail[512] = "", *passpath = NULL, src[PATH_MAX + 32] = "";
-	const char *pass = (const char *)L->gpass;
-	size_t passlen = L->gpass_len;
 	struct stat st;
 	int r;
 
-	if (stat(path, &st) < 0) {
+	if (stat(j->path, &st) < 0) {
 		r = -errno;
-		return fail(L, r, "key file %s: %s", path, strerror(-r));
+		return fail(L, r, "key file %s: %s", j->path, strerror(-r));
 	}
-	r = pass_source(L, path, &st, &passpath);
-	if (r < 0)
-		return r;
-	if (passpath) {
-		r = read_secure(passpath, MAX_PASS, &own, &ownlen);
+	return pass_source(L, j->path, &st, &j->passpath);
+}
+
+/* Step 2, on any thread: touches j only (and reads L's constants). */
+static void unlock_file(const struct load *L, enum pd_rsa_backend be, struct job *j)
+{
+	uint8_t *data = NULL, *own = NULL;
+	size_t len = 0, ownlen = 0;
+	const char *pass = (const char *)L->gpass;
+	size_t passlen = L->gpass_len;
+	int r;
+
+	if (j->passpath) {
+		r = read_secure(j->passpath, MAX_PASS, &own, &ownlen);
 		if (r < 0) {
-			fail(L, r, "passphrase file %s (for %s): %s", passpath, path,
-			     r == -EFBIG ? "too large" : strerror(-r));
-			goto out;
+			j->stage = J_FAIL;
+			j->r = r;
+			snprintf(j->detail, sizeof(j->detail), "passphrase file %s (for %s): %s", j->passpath, j->path,
+			         r == -EFBIG ? "too large" : strerror(-r));
+			return;
 		}
-		if ((r = read_file_noted(L, passpath)) < 0)
-			goto nomem;
+		j->pass_read = true;
 		pass = (const char *)own;
 		passlen = first_line(own, ownlen);
-		snprintf(src, sizeof(src), " (passphrase %s)", passpath);
-	} else if (L->c->passphrase_file) {
-		snprintf(src, sizeof(src), " (passphrase %s)", L->c->passphrase_file);
 	}
-	r = read_secure(path, MAX_KEYFILE, &data, &len);
-	if (r == -EISDIR) {
-		fail(L, r, "key file %s is a directory (use --keydir %s to load every file in it)", path, path);
-		goto out;
-	}
+	r = read_secure(j->path, MAX_KEYFILE, &data, &len);
 	if (r < 0) {
-		fail(L, r, "key file %s: %s", path, strerror(-r));
+		j->stage = J_FAIL;
+		j->r = r;
+		if (r == -EISDIR)
+			snprintf(j->detail, sizeof(j->detail),
+			         "key file %s is a directory (use --keydir %s to load every file in it)", j->path, j->path);
+		else
+			snprintf(j->detail, sizeof(j->detail), "key file %s: %s", j->path, strerror(-r));
 		goto out;
 	}
-	if ((r = read_file_noted(L, path)) < 0)
-		goto nomem;
-	L->cur = path;
-	L->n_warned = 0;
-	r = pd_keyring_add_report(ks->kr, data, len, pass, passlen, on_skip, L, detail, sizeof(detail));
+	j->key_read = true;
+	j->stage = J_ADD;
+	j->r = pd_keyring_new(&j->kr, be);
+	if (j->r == 0)
+		j->r = pd_keyring_add_report(j->kr, data, len, pass, passlen, on_skip, j, j->detail, sizeof(j->detail));
+out:
+	free_secure(data, len);
+	free_secure(own, ownlen);
+}
+
+static void size_text(char *out, size_t cap, uint64_t n)
+{
+	if (n % (1u << 20) == 0)
+		snprintf(out, cap, "%lluM", (unsigned long long)(n >> 20));
+	else if (n % 1024 == 0)
+		snprintf(out, cap, "%lluK", (unsigned long long)(n >> 10));
+	else
+		snprintf(out, cap, "%llu", (unsigned long long)n);
+}
+
+/* A key that does not fit in secure memory: say which option to set and
+ * to what.  The keys loaded so far filled it, so the whole load needs
+ * about files/done times as much (and a margin). */
+static int fail_nomem(struct load *L, const char *path)
+{
+	size_t size = pd_secmem_size(), done = L->nfiles_done ? L->nfiles_done : 1;
+	uint64_t want = (uint64_t)size * L->nfiles_total / done * 5 / 4;
+	char now[32], need[32];
+
+	want = (want + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
+	if (want <= size)
+		want = size + (1u << 20);
+	size_text(now, sizeof(now), size);
+	size_text(need, sizeof(need), want);
+	return fail(L, -ENOMEM,
+	            "key file %s: out of secure memory: the %s of secmem-size are full after %zu of %zu key files; "
+	            "set secmem-size = %s in the configuration (or --secmem-size %s) and restart", path, now,
+	            L->nfiles_done, L->nfiles_total, need, need);
+}
+
+/* Step 3, in file order: log, report, merge into the set's ring. */
+static int finish_file(struct load *L, struct job *j)
+{
+	struct pd_keyset *ks = L->ks;
+	const char *path = j->path;
+	char src[PATH_MAX + 32] = "";
+	size_t before = pd_keyring_count(ks->kr);
+	unsigned n_warned = 0;
+	int r = j->r;
+
+	if (j->passpath)
+		snprintf(src, sizeof(src), " (passphrase %s)", j->passpath);
+	else if (L->c->passphrase_file)
+		snprintf(src, sizeof(src), " (passphrase %s)", L->c->passphrase_file);
+	if ((j->pass_read && read_file_noted(L, j->passpath) < 0) || (j->key_read && read_file_noted(L, path) < 0))
+		return fail(L, -ENOMEM, "out of memory");
+	if (j->stage == J_FAIL)
+		return fail(L, r, "%s", j->detail);
+	for (size_t i = 0; i < j->nskips; i++) {
+		const struct skiprec *s = &j->skips[i];
+		if (s->kind == PD_KEYSKIP_UNSUPPORTED || s->kind == PD_KEYSKIP_MALFORMED) {
+			pd_log_warn("SYS", "%s in %s skipped: %s", s->name, path, s->reason);
+			note_skip(L, "%s in %s: %s", s->name, path, s->reason);
+			n_warned++;
+		} else {
+			pd_log_debug("SYS", "%s in %s is not a decryption key: %s", s->name, path, s->reason);
+		}
+	}
 	switch (r) {
 	case PD_ENEEDPASS:
-		fail(L, r, "key file %s: %s: put it in %s%s, or set passphrase-file or key-passphrase", path, detail,
-		     path, PASS_SUFFIX);
-		goto out;
+		return fail(L, r, "key file %s: %s: put it in %s%s, or set passphrase-file or key-passphrase", path,
+		            j->detail, path, PASS_SUFFIX);
 	case PD_EBADPASS:
-		fail(L, r, "key file %s: %s%s", path, detail, src);
-		goto out;
+		return fail(L, r, "key file %s: %s%s", path, j->detail, src);
 	case PD_ENOSECRET: case PD_EUNSUPPORTED: case PD_EMALFORMED: case PD_ENOTPGP: case PD_ETRUNCATED:
 	case PD_ELIMIT:
 		/* Nothing of this file is used; the others may be. */
-		if (L->n_warned) {
+		if (n_warned) {
 			pd_log_warn("SYS", "key file %s skipped: no usable secret decryption key", path);
 		} else {
-			pd_log_warn("SYS", "key file %s skipped: %s", path, detail);
-			note_skip(L, "key file %s: %s", path, detail);
+			pd_log_warn("SYS", "key file %s skipped: %s", path, j->detail);
+			note_skip(L, "key file %s: %s", path, j->detail);
 		}
-		r = 0;
-		goto out;
+		return 0;
+	case -ENOMEM:
+		return fail_nomem(L, path);
 	default:
 		break;
 	}
-	if (r < 0) {
-		fail(L, r, "key file %s: %s%s%s", path, pd_strerror(r), *detail ? ": " : "", detail);
-		goto out;
+	if (r < 0)
+		return fail(L, r, "key file %s: %s%s%s", path, pd_strerror(r), *j->detail ? ": " : "", j->detail);
+	if (r > 0) {
+		char detail[256];
+		r = pd_keyring_merge(ks->kr, j->kr, detail, sizeof(detail));
+		if (r < 0)
+			return fail(L, r, "key file %s: %s%s%s", path, pd_strerror(r), *detail ? ": " : "", detail);
+		j->kr = NULL;
 	}
 	if (r == 0) {
 		pd_log_warn("SYS", "key file %s%s holds no decryption key that is not loaded already", path, src);
-		goto out;
+		return 0;
 	}
 	pd_log_info("SYS", "key file %s%s: %d decryption key%s", path, src, r, r == 1 ? "" : "s");
 	char **nsrc = realloc(ks->src, (before + (size_t)r) * sizeof(*nsrc));
 	if (!nsrc)
-		goto nomem;
+		return fail(L, -ENOMEM, "out of memory");
 	ks->src = nsrc;
 	for (size_t i = ks->nsrc; i < before + (size_t)r; i++)
 		ks->src[i] = NULL;
@@ -493,14 +609,97 @@ static int add_file(struct load *L, const char *path)
 		describe(&ki, what, sizeof(what));
 		pd_log_info("SYS", "loaded key %s (%s) from %s", fpr, what, path);
 	}
-	r = 0;
-	goto out;
-nomem:
-	r = fail(L, -ENOMEM, "out of memory");
-out:
-	free_secure(data, len);
-	free_secure(own, ownlen);
-	free(passpath);
+	return 0;
+}
+
+/* The unlock step of every job, on nthreads threads (this one too): each
+ * takes the next job not taken.  A job past one that failed is not
+ * started: the load fails there anyway. */
+struct unlock_all {
+	const struct load *L;
+	enum pd_rsa_backend be;
+	struct job *jobs;
+	size_t n;
+	atomic_size_t next;
+	atomic_size_t failed_at;
+};
+
+static void *unlock_thread(void *arg)
+{
+	struct unlock_all *u = arg;
+	for (;;) {
+		size_t i = atomic_fetch_add(&u->next, 1);
+		if (i >= u->n || i > atomic_load(&u->failed_at))
+			return NULL;
+		struct job *j = &u->jobs[i];
+		if (j->stage == J_FAIL)
+			continue; /* prepare failed */
+		unlock_file(u->L, u->be, j);
+		if (j->stage == J_FAIL || j->r == -ENOMEM || j->r == PD_ENEEDPASS || j->r == PD_EBADPASS ||
+		    (j->r < 0 && j->r != PD_ENOSECRET && j->r != PD_EUNSUPPORTED && j->r != PD_EMALFORMED &&
+		     j->r != PD_ENOTPGP && j->r != PD_ETRUNCATED && j->r != PD_ELIMIT)) {
+			size_t f = atomic_load(&u->failed_at);
+			while (i < f && !atomic_compare_exchange_weak(&u->failed_at, &f, i))
+				;
+		}
+	}
+}
+
+static unsigned load_threads(const struct pd_config *c, size_t njobs)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned n = c->workers ? c->workers : cpus > 0 ? (unsigned)cpus : 1;
+	if (n > PD_MAX_WORKERS)
+		n = PD_MAX_WORKERS;
+	return njobs < n ? (unsigned)(njobs ? njobs : 1) : n;
+}
+
+/* Load files[0..n) in order (see "One key file" above). */
+static int add_files(struct load *L, enum pd_rsa_backend be, char **files, size_t n)
+{
+	struct job *jobs = calloc(n ? n : 1, sizeof(*jobs));
+	struct unlock_all u = { .L = L, .be = be, .jobs = jobs, .n = n };
+	char *err = L->err;
+	size_t errlen = L->errlen;
+	int r = 0;
+
+	if (!jobs)
+		return fail(L, -ENOMEM, "out of memory");
+	atomic_init(&u.next, 0);
+	atomic_init(&u.failed_at, SIZE_MAX);
+	/* 1: prepare, in order; a failure is kept in its job (the load stops
+	 * at the first failing file, whichever step failed). */
+	for (size_t i = 0; i < n; i++) {
+		jobs[i].path = files[i];
+		L->err = jobs[i].detail;
+		L->errlen = sizeof(jobs[i].detail);
+		jobs[i].r = prepare_file(L, &jobs[i]);
+		if (jobs[i].r < 0) {
+			jobs[i].stage = J_FAIL;
+			if (atomic_load(&u.failed_at) == SIZE_MAX)
+				atomic_store(&u.failed_at, i);
+			break;
+		}
+	}
+	L->err = err;
+	L->errlen = errlen;
+	/* 2: unlock, in parallel */
+	unsigned nt = load_threads(L->c, n);
+	pthread_t *th = calloc(nt, sizeof(*th));
+	unsigned started = 0;
+	for (unsigned t = 1; th && t < nt; t++, started++)
+		if (pthread_create(&th[t], NULL, unlock_thread, &u) != 0)
+			break;
+	unlock_thread(&u);
+	for (unsigned t = 1; t <= started; t++)
+		pthread_join(th[t], NULL);
+	free(th);
+	/* 3: finish, in order */
+	for (size_t i = 0; i < n && r == 0; i++, L->nfiles_done++)
+		r = finish_file(L, &jobs[i]);
+	for (size_t i = 0; i < n; i++)
+		job_clear(&jobs[i]);
+	free(jobs);
 	return r;
 }
 
@@ -563,20 +762,22 @@ static int load(struct load *L)
 	r = pd_keyring_new(&L->ks->kr, be);
 	if (r < 0)
 		return fail(L, r, "key ring: %s", pd_strerror(r));
-	for (size_t i = 0; i < c->keys.n; i++)
-		if ((r = add_file(L, c->keys.v[i])) < 0)
-			return r;
 	if (c->keydir) {
 		r = list_dir(L, c->keydir, &files, &nfiles);
 		if (r < 0)
 			return fail(L, r, "key directory %s: %s", c->keydir, strerror(-r));
-		warn_orphans(c->keydir);
-		for (size_t i = 0; i < nfiles && r == 0; i++)
-			r = add_file(L, files[i]);
-		strv_free(files, nfiles);
-		if (r < 0)
-			return r;
 	}
+	L->nfiles_total = c->keys.n + nfiles;
+	/* --key files first, then the directory's: its listing errors come
+	 * after theirs, as they always did */
+	r = add_files(L, be, c->keys.v, c->keys.n);
+	if (r == 0 && c->keydir) {
+		warn_orphans(c->keydir);
+		r = add_files(L, be, files, nfiles);
+	}
+	strv_free(files, nfiles);
+	if (r < 0)
+		return r;
 	for (size_t i = 0; i < L->nmaps; i++)
 		if (!L->maps[i].used)
 			return fail(L, -EINVAL, "key-passphrase %s: not a key file of key or keydir", L->maps[i].keyname);
@@ -598,6 +799,33 @@ static int load(struct load *L)
 	if (build_listing(L->ks) < 0)
 		return fail(L, -ENOMEM, "out of memory");
 	return 0;
+}
+
+size_t pd_keyset_secmem_auto(const struct pd_config *c, uint64_t *ret_bytes, size_t *ret_files)
+{
+	struct load L = { .c = c };
+	char **files = NULL;
+	size_t nfiles = 0;
+	uint64_t bytes = 0, want;
+	struct stat st;
+
+	for (size_t i = 0; i < c->keys.n; i++)
+		if (stat(c->keys.v[i], &st) == 0 && S_ISREG(st.st_mode))
+			bytes += (uint64_t)st.st_size;
+	if (c->keydir && list_dir(&L, c->keydir, &files, &nfiles) == 0)
+		for (size_t i = 0; i < nfiles; i++)
+			if (stat(files[i], &st) == 0 && st.st_size <= MAX_KEYFILE)
+				bytes += (uint64_t)st.st_size;
+	strv_free(files, nfiles);
+	*ret_bytes = bytes;
+	*ret_files = c->keys.n + nfiles;
+	want = 2 * bytes + (1u << 20);
+	want = (want + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
+	if (want < SECMEM_MIN)
+		want = SECMEM_MIN;
+	if (want > SIZE_MAX / 4)
+		want = SIZE_MAX / 4;
+	return (size_t)want;
 }
 
 int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, char *err, size_t errlen)

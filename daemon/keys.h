@@ -10,6 +10,7 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct pd_config;
 struct pd_keyring;
@@ -22,6 +23,12 @@ struct pd_keyset;
  * load that leaves no decryption key, leaves *ret untouched and writes why
  * to err.  Blocking: call from a helper thread or before the loop. */
 int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, char *err, size_t errlen);
+/** secmem-size 0 (the default): the secure memory the key files of c
+ * want, at start.  Twice the bytes of the key files (an unlocked key takes
+ * up to about 1.6 times its file's size in libgcrypt's secure memory and
+ * as much in OpenSSL's secure heap) and 1M for the messages in flight,
+ * rounded up to a MiB, at least 4M.  Stats the files, reads none. */
+size_t pd_keyset_secmem_auto(const struct pd_config *c, uint64_t *ret_bytes, size_t *ret_files);
 /** Take a reference (any thread). */
 struct pd_keyset *pd_keyset_ref(struct pd_keyset *ks);
 /** Drop a reference, freeing (and wiping) at zero; accepts NULL, returns NULL. */

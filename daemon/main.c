@@ -336,18 +336,26 @@ int main(int argc, char **argv)
 		return r == -EINVAL ? EX_USAGE : EX_CONFIG;
 	}
 	pd_log_set_level((enum pd_log_level)pd_d.cfg->log_level);
-	r = pd_lib_init(pd_d.cfg->secmem_size);
+	size_t secmem = pd_d.cfg->secmem_size, key_files = 0;
+	uint64_t key_bytes = 0;
+	if (!secmem)
+		secmem = pd_keyset_secmem_auto(pd_d.cfg, &key_bytes, &key_files);
+	r = pd_lib_init(secmem);
 	if (r < 0) {
 		struct rlimit rl;
 		if (r == -ENOMEM && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-		    rl.rlim_cur < pd_d.cfg->secmem_size)
-			pd_log_err("SYS", "cannot lock %zu KiB of secure memory (secmem-size): the locked-memory limit "
+		    rl.rlim_cur < secmem)
+			pd_log_err("SYS", "cannot lock %zu KiB of secure memory (secmem-size%s): the locked-memory limit "
 			           "is %llu KiB; raise it (ulimit -l, LimitMEMLOCK=) or lower secmem-size",
-			           pd_d.cfg->secmem_size >> 10, (unsigned long long)rl.rlim_cur >> 10);
+			           secmem >> 10, pd_d.cfg->secmem_size ? "" : ", sized from the key files",
+			           (unsigned long long)rl.rlim_cur >> 10);
 		else
 			pd_log_err("SYS", "crypto library initialisation failed: %s", pd_strerror(r));
 		return 1;
 	}
+	if (!pd_d.cfg->secmem_size)
+		pd_log_info("SYS", "secure memory: %zuM (secmem-size 0: twice the %llu bytes of %zu key files and 1M, "
+		            "at least 4M)", secmem >> 20, (unsigned long long)key_bytes, key_files);
 	r = pd_keyset_load(&pd_d.keys, pd_d.cfg, err, sizeof(err));
 	if (r < 0) {
 		pd_log_err("SYS", "%s", err);

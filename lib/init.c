@@ -12,6 +12,9 @@
 #define DEFAULT_SECMEM (1u << 20)
 
 static size_t secure_heap_size;
+static size_t secmem_size;
+
+size_t pd_secmem_size(void) { return secmem_size; }
 
 void pd_secure_heap(size_t *ret_size, size_t *ret_used)
 {
@@ -36,6 +39,7 @@ int pd_lib_init(size_t secmem_bytes)
 	gcry_control(GCRYCTL_USE_SECURE_RNDPOOL);
 	if (gcry_control(GCRYCTL_INIT_SECMEM, secmem_bytes, 0))
 		return -ENOMEM;
+	secmem_size = secmem_bytes;
 	gcry_control(GCRYCTL_RESUME_SECMEM_WARN);
 	gcry_control(GCRYCTL_INITIALIZATION_FINISHED, 0);
 	/* OpenSSL's secure heap: size must be a power of two.  Failure (e.g.

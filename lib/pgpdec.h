@@ -69,6 +69,9 @@ PD_API void pd_lib_deinit(void);
  * of split operations): its size as pd_lib_init set it up (0: none, such
  * memory then comes from the normal heap) and the bytes in use. */
 PD_API void pd_secure_heap(size_t *ret_size, size_t *ret_used);
+/** The size of libgcrypt's secure memory as pd_lib_init set it up (0
+ * before): the unlocked keys and per-message secrets live in it. */
+PD_API size_t pd_secmem_size(void);
 /** Run-time versions of libgcrypt and OpenSSL libcrypto (for build-info
  * reports; static strings, never NULL). */
 PD_API void pd_lib_versions(const char **ret_gcrypt, const char **ret_openssl);
@@ -193,6 +196,15 @@ typedef void pd_keyskip_fn(void *ctx, const struct pd_keyskip *skip);
 PD_API int pd_keyring_add_report(struct pd_keyring *kr, const uint8_t *data, size_t len,
                                  const char *pass, size_t passlen, pd_keyskip_fn *report, void *ctx,
                                  char *detail, size_t detail_len);
+/** Move the keys of from into kr, in from's order, skipping those kr holds
+ * already (by fingerprint: the first stays), and free from.  For loading
+ * in parallel: each thread fills its own ring with pd_keyring_add(), one
+ * thread merges them in file order, and the result is the ring adding the
+ * files one after another would have made.  Both rings must use the same
+ * RSA backend.  Returns the number of keys added, or a negative error and
+ * then nothing moved and from is still the caller's: -EINVAL, -ENOMEM,
+ * PD_ELIMIT (the ring would pass its cap of keys). */
+PD_API int pd_keyring_merge(struct pd_keyring *kr, struct pd_keyring *from, char *detail, size_t detail_len);
 /** Number of decryption-capable secret (sub)keys held. */
 PD_API size_t pd_keyring_count(const struct pd_keyring *kr);
 /** The RSA backend its keys use (PD_RSA_DEFAULT resolved at pd_keyring_new). */

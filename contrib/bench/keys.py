@@ -143,28 +143,28 @@ def main():
     a = ap.parse_args()
     build = os.path.abspath(a.build)
     ring = os.path.join(a.cache, f"ring{a.count}")
-    deep = [int(a.count * 0.7777) + i for i in range(6)]  # deep in the ring, each kind among them
     if not os.path.exists(os.path.join(ring, "index.tsv")):
         log(f"making a ring of {a.count} keys in {ring} (once; cached)")
         run("/usr/bin/python3", os.path.join(SRC, "contrib/bench/mkring.py"), ring, "--count", str(a.count),
-            "--export-public", ",".join(map(str, deep)), "--pool-dir", os.path.join(a.cache, "rsa-pool"))
+            "--pool-dir", os.path.join(a.cache, "rsa-pool"))
     rows = [l.rstrip("\n").split("\t") for l in open(os.path.join(ring, "index.tsv"))]
     kinds = {}
     for r in rows:
         kinds[r[1]] = kinds.get(r[1], 0) + 1
     nprot = sum(int(r[3]) for r in rows)
-    targets = {}
-    for i in deep:
+    targets = {}  # the first key of each kind 78% deep into the ring
+    for i in range(int(len(rows) * 0.7777), len(rows)):
         name, kind, fpr, prot = rows[i]
-        if kind in ("rsa4096", "cv25519") and kind not in targets and os.path.exists(
-                os.path.join(ring, "pub", name.replace(".key", ".pub"))):
+        if kind in ("rsa4096", "cv25519") and kind not in targets:
             targets[kind] = (i, name, fpr)
     work = tempfile.mkdtemp(prefix="pgpdecd-keys.")
     home = os.path.join(work, "gnupg")
     os.mkdir(home, 0o700)
     msgs = {}
     for kind, (i, name, fpr) in sorted(targets.items()):
-        gpg(home, "--import", os.path.join(ring, "pub", name.replace(".key", ".pub")))
+        # gpg encrypts to the public part of the secret key file (its
+        # import needs no passphrase)
+        gpg(home, "--import", os.path.join(ring, "keys", name))
         d = os.path.join(work, "msg-" + kind)
         os.mkdir(d)
         for m in range(10):

@@ -194,7 +194,7 @@ def cv25519_key(created, uid, passphrase, count_byte):
 
 # ------------------------------------------------------------------
 
-KINDS = ("rsa3072", "rsa4096", "cv25519")
+KINDS = ("rsa3072", "rsa4096", "cv25519", "rsa2048")
 
 
 def kind_of(i, mix):
@@ -230,7 +230,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir")
     ap.add_argument("--count", type=int, default=10000)
-    ap.add_argument("--mix", default="4,3,3", help="weights of rsa3072,rsa4096,cv25519 (default 4,3,3)")
+    ap.add_argument("--mix", default="4,3,3,0",
+                    help="weights of rsa3072,rsa4096,cv25519,rsa2048 (default 4,3,3,0)")
     ap.add_argument("--protected", type=float, default=0.1, help="fraction passphrase-protected (default 0.1)")
     ap.add_argument("--s2k-count", type=lambda s: int(s, 0), default=0xA0,
                     help="S2K count octet (default 0xA0: 1 MiB hashed per key)")
@@ -239,12 +240,12 @@ def main():
     ap.add_argument("--export-public", default="", help="comma-separated key numbers whose public key to write")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     a = ap.parse_args()
-    mix = [int(x) for x in a.mix.split(",")]
+    mix = ([int(x) for x in a.mix.split(",")] + [0] * len(KINDS))[:len(KINDS)]
     export = {int(x) for x in a.export_public.split(",") if x}
     os.makedirs(os.path.join(a.dir, "pub"), exist_ok=True)
     os.makedirs(os.path.join(a.dir, "keys"), exist_ok=True)
     cache = a.pool_dir or os.path.join(a.dir, "rsa-pool")
-    pools = {k: a.rsa_pool for k in ("rsa3072", "rsa4096") if mix[KINDS.index(k)]}
+    pools = {k: a.rsa_pool for k in KINDS if k.startswith("rsa") and mix[KINDS.index(k)]}
     t0 = time.monotonic()
     init_worker(cache, pools)  # make the pool once, in this process
     print(f"mkring: RSA pool ready ({time.monotonic() - t0:.1f} s)", file=sys.stderr)

@@ -27,7 +27,10 @@
 
 #define MAX_KEY_PACKET (1u << 20) /* largest secret/public key packet accepted */
 #define MAX_MPI_BITS 16392u       /* RSA/ElGamal up to 16384 bits (and a little slack) */
-#define MAX_KEYS 4096             /* (sub)keys in one ring */
+/* (sub)keys in one ring: an audit host holds years of rotated keys
+ * (contrib/bench/keys.sh loads 10,000); the cap only bounds a runaway
+ * key directory. */
+#define MAX_KEYS 100000
 /* Key files are configuration, not attacker input, but still capped: the
  * RFC 9580 A.5 example (Argon2id, 2 GiB) must load.  Other S2K caps are
  * pd_limits_default()'s. */
@@ -1196,13 +1199,21 @@ out:
 
 /* ------------------------------------------------------------------ */
 
-static bool have_fpr(const struct pd_key *const *keys, size_t n, const struct pd_key *k)
+static bool same_fpr(const struct pd_key *a, const struct pd_key *b)
 {
-	for (size_t i = 0; i < n; i++)
-		if (keys[i]->fpr_len == k->fpr_len && memcmp(keys[i]->fpr, k->fpr, k->fpr_len) == 0)
+	return a->fpr_len == b->fpr_len && memcmp(a->fpr, b->fpr, b->fpr_len) == 0;
+}
+
+/* The keys of one file (a batch) are few: a linear scan. */
+static bool batch_has(const struct batch *b, const struct pd_key *k)
+{
+	for (size_t i = 0; i < b->n; i++)
+		if (same_fpr(b->keys[i], k))
 			return true;
 	return false;
 }
+
+static bool ring_has(const struct pd_keyring *kr, const struct pd_key *k);
 
 static int batch_push(struct batch *b, struct pd_key *k)
 {
@@ -1352,8 +1363,7 @@ static int parse_packets(struct ctx *c, const uint8_t *p, size_t len, struct bat
 		}
 		if (!k)
 			continue;
-		if (have_fpr((const struct pd_key *const *)c->kr->keys, c->kr->n, k) ||
-		    have_fpr((const struct pd_key *const *)b->keys, b->n, k)) {
+		if (ring_has(c->kr, k) || batch_has(b, k)) {
 			pd_key_free(k); /* the same key twice: keep the first */
 			c->n_dup++;
 			continue;
@@ -1424,6 +1434,19 @@ static size_t kid_bound(const struct pd_keyring *kr, uint64_t id, bool after)
 	return lo;
 }
 
+/* Whether kr holds k's fingerprint.  Equal fingerprints have equal key
+ * IDs (the ID is part of the fingerprint, RFC 9580 5.5.4), so only the
+ * keys of k's ID are compared: O(log keys), where a scan of the ring made
+ * loading N keys cost N^2/2 comparisons. */
+static bool ring_has(const struct pd_keyring *kr, const struct pd_key *k)
+{
+	uint64_t id = kid_of(k->keyid);
+	for (size_t at = kid_bound(kr, id, false); at < kr->n && kr->ids[at].id == id; at++)
+		if (same_fpr(kr->keys[kr->ids[at].idx], k))
+			return true;
+	return false;
+}
+
 /* keys[kr->n] joins the index, after the keys with the same ID. */
 static void kid_insert(struct pd_keyring *kr)
 {
@@ -1431,6 +1454,24 @@ static void kid_insert(struct pd_keyring *kr)
 	size_t at = kid_bound(kr, id, true);
 	memmove(kr->ids + at + 1, kr->ids + at, (kr->n - at) * sizeof(*kr->ids));
 	kr->ids[at] = (struct kid){ id, kr->n };
+}
+
+/* Room for n more keys in keys[] and ids[]. */
+static int ring_reserve(struct pd_keyring *kr, size_t n)
+{
+	if (kr->n + n <= kr->cap)
+		return 0;
+	size_t nc = PD_MAX(kr->cap * 2, kr->n + n);
+	struct pd_key **nk = realloc(kr->keys, nc * sizeof(*nk));
+	if (!nk)
+		return -ENOMEM;
+	kr->keys = nk;
+	struct kid *ni = realloc(kr->ids, nc * sizeof(*ni));
+	if (!ni)
+		return -ENOMEM;
+	kr->ids = ni;
+	kr->cap = nc;
+	return 0;
 }
 
 int pd_keyring_add_report(struct pd_keyring *kr, const uint8_t *data, size_t len, const char *pass,
@@ -1479,22 +1520,8 @@ int pd_keyring_add_report(struct pd_keyring *kr, const uint8_t *data, size_t len
 			r = pd_fail(detail, detail_len, PD_ENOSECRET, "no secret key in the key file (a certificate?)");
 	}
 	if (r == 0 && b.n) {
-		if (kr->n + b.n > kr->cap) {
-			size_t nc = PD_MAX(kr->cap * 2, kr->n + b.n);
-			struct pd_key **nk = realloc(kr->keys, nc * sizeof(*nk));
-			if (!nk) {
-				r = -ENOMEM;
-				goto out;
-			}
-			kr->keys = nk;
-			struct kid *ni = realloc(kr->ids, nc * sizeof(*ni));
-			if (!ni) {
-				r = -ENOMEM;
-				goto out;
-			}
-			kr->ids = ni;
-			kr->cap = nc;
-		}
+		if ((r = ring_reserve(kr, b.n)) < 0)
+			goto out;
 		for (size_t i = 0; i < b.n; i++) {
 			kr->keys[kr->n] = b.keys[i];
 			kid_insert(kr);
@@ -1512,6 +1539,40 @@ out:
 		gcry_free(dec);
 	}
 	return r;
+}
+
+int pd_keyring_merge(struct pd_keyring *kr, struct pd_keyring *from, char *detail, size_t detail_len)
+{
+	size_t added = 0;
+	int r;
+
+	if (detail && detail_len)
+		detail[0] = 0;
+	if (!kr || !from || kr == from || kr->backend != from->backend)
+		return -EINVAL;
+	if ((r = ring_reserve(kr, from->n)) < 0)
+		return r;
+	/* Nothing moves until the whole of from is known to fit: all or
+	 * nothing, as pd_keyring_add. */
+	size_t fresh = 0;
+	for (size_t i = 0; i < from->n; i++)
+		fresh += !ring_has(kr, from->keys[i]);
+	if (kr->n + fresh > MAX_KEYS)
+		return pd_fail(detail, detail_len, PD_ELIMIT, "too many keys in the ring");
+	for (size_t i = 0; i < from->n; i++) {
+		struct pd_key *k = from->keys[i];
+		if (ring_has(kr, k)) {
+			pd_key_free(k); /* the same key twice: keep the first */
+			continue;
+		}
+		kr->keys[kr->n] = k;
+		kid_insert(kr);
+		kr->n++;
+		added++;
+	}
+	from->n = 0;
+	pd_keyring_free(from);
+	return (int)added;
 }
 
 enum pd_rsa_backend pd_keyring_backend(const struct pd_keyring *kr) { return kr->backend; }

@@ -292,6 +292,130 @@ static void test_several_and_duplicates(void **state)
 	pd_keyring_free(kr);
 }
 
+/* pd_keyring_merge: rings filled apart (as the daemon's load threads do)
+ * and merged in order make the ring that adding the files one after
+ * another makes: same keys, same order, duplicates dropped (the first
+ * stays), and the key-ID index finds every key. */
+static void test_merge(void **state)
+{
+	(void)state;
+	const char *files[] = { "rsa2048.gpg", "cv25519.gpg", "p256.gpg", "cv25519-protected.gpg", "elg.gpg",
+	                        "a04-v6-secret-key.gpg", "rsa2048-protected.gpg" };
+	const int fresh[] = { 1, 1, 1, 0, 1, 1, 0 }; /* the protected ones repeat earlier keys */
+	struct pd_keyring *seq = NULL, *kr = NULL, *part[7];
+	char detail[256];
+	int r;
+
+	for (size_t i = 0; i < 7; i++) {
+		r = add_file(&seq, files[i], PASS, detail);
+		assert_int_equal(r, fresh[i]);
+		part[i] = NULL;
+		assert_int_equal(add_file(&part[i], files[i], PASS, detail), 1);
+	}
+	assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+	for (size_t i = 0; i < 7; i++) {
+		r = pd_keyring_merge(kr, part[i], detail, sizeof(detail));
+		assert_int_equal(r, fresh[i]);
+	}
+	assert_int_equal(pd_keyring_count(kr), pd_keyring_count(seq));
+	assert_int_equal(pd_keyring_count(kr), 5);
+	for (size_t i = 0; i < pd_keyring_count(kr); i++) {
+		struct pd_keyinfo a, b;
+		assert_int_equal(pd_keyring_info(kr, i, &a), 0);
+		assert_int_equal(pd_keyring_info(seq, i, &b), 0);
+		assert_int_equal(a.fpr_len, b.fpr_len);
+		assert_memory_equal(a.fpr, b.fpr, a.fpr_len);
+		const struct pd_key *k = pd__keyring_by_keyid(kr, a.keyid, 0);
+		assert_ptr_equal(k, pd__keyring_get(kr, i));
+		assert_null(pd__keyring_by_keyid(kr, a.keyid, 1));
+	}
+	/* the same file again, after the merges: nothing new */
+	assert_int_equal(add_file(&kr, "p256.gpg", NULL, detail), 0);
+	/* rings of different RSA backends do not mix; nothing moves */
+	struct pd_keyring *o = NULL, *g = NULL;
+	assert_int_equal(pd_keyring_new(&o, PD_RSA_OPENSSL), 0);
+	assert_int_equal(pd_keyring_new(&g, PD_RSA_GCRYPT), 0);
+	assert_int_equal(add_file(&g, "rsa2048.gpg", NULL, detail), 1);
+	assert_int_equal(pd_keyring_merge(o, g, detail, sizeof(detail)), -EINVAL);
+	assert_int_equal(pd_keyring_count(g), 1);
+	assert_int_equal(pd_keyring_merge(o, o, detail, sizeof(detail)), -EINVAL);
+	assert_int_equal(pd_keyring_merge(o, NULL, detail, sizeof(detail)), -EINVAL);
+	pd_keyring_free(g);
+	pd_keyring_free(o);
+	pd_keyring_free(kr);
+	pd_keyring_free(seq);
+}
+
+/* Thousands of keys: the duplicate check goes through the key-ID index
+ * (it was a scan of the ring, N^2/2 fingerprint comparisons for N keys),
+ * and the ring holds more than the 4096 keys it used to cap at.  The keys
+ * are one cv25519 key file whose creation time is rewritten: each time a
+ * new fingerprint, the same secret. */
+static void test_many(void **state)
+{
+	(void)state;
+	size_t len;
+	uint8_t *buf = load("cv25519.gpg", &len);
+	struct pd_keyring *kr;
+	char detail[256];
+	const size_t n = 6000;
+
+	/* cv25519.gpg: the Ed25519 primary key packet, a user ID, its
+	 * self-signature, then the cv25519 subkey (tag 7) with its binding:
+	 * find the subkey packet and its creation time (after the version). */
+	size_t off = 0, sub = 0;
+	while (off + 2 <= len) {
+		uint8_t ctb = buf[off], tag = ctb & 0x40 ? ctb & 0x3F : (ctb >> 2) & 15;
+		size_t hl, bl;
+		if (ctb & 0x40) {
+			uint8_t o = buf[off + 1];
+			hl = o < 192 ? 2 : 3;
+			bl = o < 192 ? o : ((size_t)(o - 192) << 8) + buf[off + 2] + 192;
+		} else {
+			hl = 1 + ((size_t)1 << (ctb & 3));
+			bl = 0;
+			for (size_t i = 1; i < hl; i++)
+				bl = bl << 8 | buf[off + i];
+		}
+		if (tag == 7) {
+			sub = off + hl;
+			break;
+		}
+		off += hl + bl;
+	}
+	assert_true(sub > 0);
+	assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+	for (size_t i = 0; i < n; i++) {
+		uint32_t t = 1262304000u + (uint32_t)i * 3600u;
+		buf[sub + 1] = (uint8_t)(t >> 24);
+		buf[sub + 2] = (uint8_t)(t >> 16);
+		buf[sub + 3] = (uint8_t)(t >> 8);
+		buf[sub + 4] = (uint8_t)t;
+		int r = pd_keyring_add(kr, buf, len, NULL, 0, detail, sizeof(detail));
+		if (r != 1)
+			fail_msg("key %zu: %d (%s)", i, r, detail);
+	}
+	assert_int_equal(pd_keyring_count(kr), n);
+	/* the same again: all duplicates, found through the index */
+	for (size_t i = 0; i < n; i += 97) {
+		uint32_t t = 1262304000u + (uint32_t)i * 3600u;
+		buf[sub + 1] = (uint8_t)(t >> 24);
+		buf[sub + 2] = (uint8_t)(t >> 16);
+		buf[sub + 3] = (uint8_t)(t >> 8);
+		buf[sub + 4] = (uint8_t)t;
+		assert_int_equal(pd_keyring_add(kr, buf, len, NULL, 0, detail, sizeof(detail)), 0);
+	}
+	assert_int_equal(pd_keyring_count(kr), n);
+	for (size_t i = 0; i < n; i += 13) {
+		struct pd_keyinfo ki;
+		assert_int_equal(pd_keyring_info(kr, i, &ki), 0);
+		assert_int_equal(ki.created, 1262304000u + (uint32_t)i * 3600u);
+		assert_ptr_equal(pd__keyring_by_keyid(kr, ki.keyid, 0), pd__keyring_get(kr, i));
+	}
+	free(buf);
+	pd_keyring_free(kr);
+}
+
 /* ------------------------------------------------------------------ */
 /* Corruption: every prefix, and every single-octet change. */
 
@@ -1153,6 +1277,8 @@ int main(void)
 		cmocka_unit_test(test_no_secret),
 		cmocka_unit_test(test_armored),
 		cmocka_unit_test(test_several_and_duplicates),
+		cmocka_unit_test(test_merge),
+		cmocka_unit_test(test_many),
 		cmocka_unit_test(test_s2k_usages),
 		cmocka_unit_test(test_mismatch),
 		cmocka_unit_test(test_v5_rejected),
@@ -1165,7 +1291,7 @@ int main(void)
 		cmocka_unit_test(test_key_flags),
 		cmocka_unit_test(test_slow_argon2_key),
 	};
-	if (pd_lib_init(4 << 20))
+	if (pd_lib_init(8 << 20))
 		return 1;
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	pd_lib_deinit();
