@@ -38,6 +38,7 @@
 #define MAX_KEYFILE (1u << 20) /* a transferable secret key is a few KiB */
 #define MAX_PASS 4096
 #define PASS_SUFFIX ".passphrase"
+#define MAX_DIR_FILES 100000   /* key files in keydir: the key ring's cap */
 #define SECMEM_MIN (4u << 20)  /* secmem-size 0: at least this */
 
 struct pd_keyset {
@@ -122,7 +123,7 @@ static bool ends_with(const char *s, const char *suffix)
 
 static int strv_push(char ***v, size_t *n, const char *s)
 {
-	char **nv = *n < 100000 ? realloc(*v, (*n + 1) * sizeof(**v)) : NULL;
+	char **nv = *n < 2 * MAX_DIR_FILES + 16 ? realloc(*v, (*n + 1) * sizeof(**v)) : NULL;
 	char *d = nv ? strdup(s) : NULL;
 	if (!d) {
 		if (nv)
@@ -298,7 +299,13 @@ static int list_dir(struct load *L, const char *dir, char ***ret, size_t *ret_n)
 			free(p);
 			continue;
 		}
-		char **nv = n < 10000 ? realloc(v, (n + 1) * sizeof(*v)) : NULL;
+		if (n == MAX_DIR_FILES) {
+			free(p);
+			closedir(d);
+			strv_free(v, n);
+			return -E2BIG;
+		}
+		char **nv = realloc(v, (n + 1) * sizeof(*v));
 		if (!nv) {
 			free(p);
 			goto nomem;
@@ -765,7 +772,8 @@ static int load(struct load *L)
 	if (c->keydir) {
 		r = list_dir(L, c->keydir, &files, &nfiles);
 		if (r < 0)
-			return fail(L, r, "key directory %s: %s", c->keydir, strerror(-r));
+			return fail(L, r, "key directory %s: %s", c->keydir,
+			            r == -E2BIG ? "more than 100000 key files" : strerror(-r));
 	}
 	L->nfiles_total = c->keys.n + nfiles;
 	/* --key files first, then the directory's: its listing errors come
