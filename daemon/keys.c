@@ -169,6 +169,7 @@ struct load {
 	size_t nother;
 	uint8_t *gpass;       /* the passphrase-file's content */
 	size_t gpass_len, gpass_filelen;
+	bool in_dir;          /* loading the keydir's files (after the --key ones) */
 	size_t nfiles_total;  /* key files of the whole load */
 	size_t nfiles_done;   /* ... finished so far */
 	unsigned n_skipped;   /* unusable keys and key files, whole load */
@@ -550,7 +551,11 @@ static int finish_file(struct load *L, struct job *j)
 		snprintf(src, sizeof(src), " (passphrase %s)", j->passpath);
 	else if (L->c->passphrase_file)
 		snprintf(src, sizeof(src), " (passphrase %s)", L->c->passphrase_file);
-	if ((j->pass_read && read_file_noted(L, j->passpath) < 0) || (j->key_read && read_file_noted(L, path) < 0))
+	/* The directory's files are distinct, and none is a --key file
+	 * (list_dir): no need to look for them among those read already,
+	 * which made a load of N files N^2/2 string comparisons. */
+	if ((j->pass_read && read_file_noted(L, j->passpath) < 0) ||
+	    (j->key_read && (L->in_dir ? strv_push(&L->ks->files, &L->ks->nfiles, path) : read_file_noted(L, path)) < 0))
 		return fail(L, -ENOMEM, "out of memory");
 	if (j->stage == J_FAIL)
 		return fail(L, r, "%s", j->detail);
@@ -781,6 +786,7 @@ static int load(struct load *L)
 	r = add_files(L, be, c->keys.v, c->keys.n);
 	if (r == 0 && c->keydir) {
 		warn_orphans(c->keydir);
+		L->in_dir = true;
 		r = add_files(L, be, files, nfiles);
 	}
 	strv_free(files, nfiles);

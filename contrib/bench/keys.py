@@ -198,6 +198,9 @@ def main():
     log("starting pgpdecd with the whole ring")
     many = Daemon(build, work, "many", ["--keydir", os.path.join(ring, "keys")], a.workers)
     startup_cpu = many.cpu_at_ready
+    many.logf.flush()
+    secmem_line = next((ln.split("[SYS] ", 1)[1].strip() for ln in open(many.logpath)
+                        if "[SYS] secure memory:" in ln), "secmem-size set explicitly")
     st = many.stats()
     rss = many.rss_kib()
     log(f"ready in {many.startup:.2f} s, {int(st.get('pgpdecd_keys_loaded', 0))} keys")
@@ -250,9 +253,7 @@ def main():
     print(f"| RSS after reload | {rss2['VmRSS'] / 1024:.0f} MiB (peak {rss2['VmHWM'] / 1024:.0f} MiB) |")
     print(f"| OpenSSL secure heap | {st['pgpdecd_secure_heap_used_bytes'] / 2**20:.1f} MiB used of "
           f"{st['pgpdecd_secure_heap_bytes'] / 2**20:.0f} MiB |")
-    if "pgpdecd_secmem_bytes" in st:
-        print(f"| libgcrypt secure memory | {st.get('pgpdecd_secmem_used_bytes', 0) / 2**20:.1f} MiB used of "
-              f"{st['pgpdecd_secmem_bytes'] / 2**20:.0f} MiB |")
+    print(f"| libgcrypt secure memory | {secmem_line} |")
     print("\n4 KiB messages, `pgpdecd-client bench`, median of "
           f"{a.rounds} rounds (1 key and {len(rows)} keys alternating):\n")
     print(f"| message to | -c | 1 key msg/s | {len(rows)} keys msg/s | ratio | 1 key P50 ms | {len(rows)} keys P50 ms |")
