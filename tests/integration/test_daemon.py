@@ -470,6 +470,54 @@ def test_slow_reader_bounded_rss(world, tmp_path):
         assert d.stop() == 0
 
 
+def test_slow_reader_compressed_large_message_bounded(world, tmp_path):
+    """A large message whose last 200 MiB of plaintext come from a few
+    hundred KiB of compressed ciphertext, to a client that reads slowly:
+    the input side cannot hold the daemon back (it has all the ciphertext it
+    needs), so only the write watermark does: the unsent output stays near
+    write-high-watermark while the job of a large message streams."""
+    import threading
+    head = os.urandom(2 << 20)  # incompressible: the message is large (its jobs stream)
+    plain = head + os.urandom(1024) * (200 << 10)
+    msg = world["gpg"].encrypt(plain, "alice@example.org")  # ZIP/ZLIB, gpg's default
+    assert len(msg) < 4 << 20  # 200 MiB from about 1 MiB of it
+    want, size = hashlib.sha256(plain).digest(), len(plain)
+    del plain
+    env = dict(os.environ, ASAN_OPTIONS="quarantine_size_mb=8:" + os.environ.get("ASAN_OPTIONS", ""))
+    d = Daemon(world, tmp_path, "--message-timeout", "10m", env=env)
+    try:
+        c = d.client(timeout=120)
+        probe = d.client(timeout=60)
+        rid = c.new_id()
+        sender = threading.Thread(target=c.send_decrypt, args=(msg, 0, None, rid), daemon=True)
+        sender.start()
+        h = hashlib.sha256()
+        got, unsent, t0 = 0, 0, time.time()
+        while time.time() - t0 < 3:
+            ftype, fid, p = c.recv_frame()
+            assert ftype == pdwire.DATA
+            h.update(p)
+            got += len(p)
+            unsent = max(unsent, pdwire.parse_prometheus(probe.stats())["pgpdecd_unsent_bytes"])
+            time.sleep(0.02)
+        while True:
+            ftype, fid, p = c.recv_frame()
+            if ftype == pdwire.RESULT:
+                res = pdwire.parse_result(p)
+                break
+            h.update(p)
+            got += len(p)
+        sender.join(60)
+        assert res["name"] == "OK", res
+        assert got == size and h.digest() == want
+        # write-high-watermark (1 MiB) and what was on its way when it was
+        # crossed (three buffers of request-buffer, 128 KiB, and frame slack)
+        assert 0 < unsent <= (1 << 20) + 3 * (136 << 10), unsent
+        print(f"compressed slow reader: unsent at most {unsent:.0f} bytes")
+    finally:
+        assert d.stop() == 0
+
+
 def _fill_slow_readers(d, msg, n):
     """n clients each ask for msg and read nothing; returns them, their request
     ids, and the daemon's stats once its unsent output stops growing."""
