@@ -65,7 +65,7 @@ PD_API const char *pd_errname(int err);
 PD_API int pd_lib_init(size_t secmem_bytes);
 /** Release what pd_lib_init() set up (wipes secure memory). */
 PD_API void pd_lib_deinit(void);
-/** OpenSSL's secure heap (the RSA keys of the OpenSSL backend and the state
+/** OpenSSL's secure heap (the RSA and ECDH keys of the OpenSSL backends and the state
  * of split operations): its size as pd_lib_init set it up (0: none, such
  * memory then comes from the normal heap) and the bytes in use. */
 PD_API void pd_secure_heap(size_t *ret_size, size_t *ret_used);
@@ -139,6 +139,22 @@ enum pd_rsa_backend {
 PD_API int pd_keyring_new(struct pd_keyring **ret, enum pd_rsa_backend backend);
 /** Free a key ring (wipes secrets); accepts NULL, returns NULL. */
 PD_API struct pd_keyring *pd_keyring_free(struct pd_keyring *kr);
+
+/* The backend of the ECDH shared-secret step (cv25519, X25519, X448, NIST
+ * and brainpool curves): OpenSSL libcrypto (the scalar in OpenSSL's secure
+ * heap, one prepared EVP_PKEY per key, a derive context per worker) or
+ * libgcrypt.  Both are constant time and reject the same points. */
+enum pd_ecdh_backend {
+	PD_ECDH_DEFAULT = 0, /* $PD_ECDH_BACKEND=openssl|gcrypt if set, else the build's (meson ecdh_backend) */
+	PD_ECDH_OPENSSL = 1,
+	PD_ECDH_GCRYPT = 2,
+};
+/** Choose the ECDH backend of the keys added from now on.  A new key ring
+ * has PD_ECDH_DEFAULT, resolved by pd_keyring_new.  -EINVAL for an unknown
+ * value, -EBUSY once the ring holds keys (they keep theirs). */
+PD_API int pd_keyring_set_ecdh_backend(struct pd_keyring *kr, enum pd_ecdh_backend backend);
+/** The ECDH backend its keys use (never PD_ECDH_DEFAULT). */
+PD_API enum pd_ecdh_backend pd_keyring_ecdh_backend(const struct pd_keyring *kr);
 /** Add every secret key in data (binary or armored, several keys allowed),
  * unlocking protected ones with pass (may be NULL).  A decryption key is a
  * secret (sub)key of an encryption algorithm whose key flags (RFC 9580

@@ -2,8 +2,8 @@
 /*
  * One unlocked secret (sub)key, as the key ring holds it, and the key ring's
  * lookup functions.  Keys are immutable after pd_keyring_add() returns, with
- * one exception: rsa_ctx[i] and rsa_crtw[i] are filled lazily by worker i
- * only (each worker touches its own slot, so no lock is needed).
+ * one exception: rsa_ctx[i], rsa_crtw[i] and ecdh_ctx[i] are filled lazily
+ * by worker i only (each worker touches its own slot, so no lock is needed).
  *
  * Secret material lives in libgcrypt secure memory: the MPIs are created
  * with gcry_mpi_snew()/from secure buffers, native scalars and the
@@ -47,6 +47,11 @@ struct pd_key {
 	void *rsa_ctx[PD_MAX_WORKERS]; /* EVP_PKEY_CTX * per worker, lazily */
 	void *rsa_crt;            /* OpenSSL backend: CRT values for split operations, or NULL */
 	void *rsa_crtw[PD_MAX_WORKERS]; /* per-worker split state (BN_CTXs, blinding), lazily */
+
+	/* ECDH backend state (pgp/ecdh.c), for ECDH/X25519/X448 keys */
+	enum pd_ecdh_backend ecdh_backend; /* 0 until pd_ecdh_setup() */
+	void *ecdh_pkey;          /* EVP_PKEY * (OpenSSL backend), else NULL */
+	void **ecdh_ctx;          /* OpenSSL: PD_MAX_WORKERS EVP_PKEY_CTX *, derive-initialised lazily */
 };
 
 /** Free a key and wipe its secrets; accepts NULL, returns NULL. */

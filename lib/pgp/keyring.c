@@ -19,6 +19,7 @@
 #include <gcrypt.h>
 
 #include "armor.h"
+#include "pgp/ecdh.h"
 #include "pgp/hkdf.h"
 #include "pgp/key.h"
 #include "pgp/rsa.h"
@@ -46,6 +47,7 @@ struct kid {
 
 struct pd_keyring {
 	enum pd_rsa_backend backend;
+	enum pd_ecdh_backend ecdh_backend;
 	struct pd_key **keys;
 	size_t n, cap;
 	struct kid *ids;          /* n of them, sorted; cap of room */
@@ -171,6 +173,7 @@ struct pd_key *pd_key_free(struct pd_key *k)
 	if (!k)
 		return NULL;
 	pd_rsa_cleanup(k);
+	pd_ecdh_cleanup(k);
 	gcry_mpi_release(k->n);
 	gcry_mpi_release(k->e);
 	gcry_mpi_release(k->p);
@@ -489,7 +492,18 @@ static uint16_t csum16(const uint8_t *p, size_t n)
 }
 
 /* Check the secret against the public key. */
-static int validate(struct pd_key *k, enum pd_rsa_backend backend)
+static int validate_secret(struct pd_key *k, enum pd_rsa_backend backend);
+
+/* Check the secret against the public key and prepare the key's backend. */
+static int validate(struct pd_key *k, const struct pd_keyring *kr)
+{
+	int e = validate_secret(k, kr->backend);
+	if (e == 0 && (k->pk_algo == PD_PK_ECDH || k->pk_algo == PD_PK_X25519 || k->pk_algo == PD_PK_X448))
+		e = pd_ecdh_setup(k, kr->ecdh_backend);
+	return e;
+}
+
+static int validate_secret(struct pd_key *k, enum pd_rsa_backend backend)
 {
 	switch (k->pk_algo) {
 	case PD_PK_RSA: case PD_PK_RSA_E:
@@ -1156,7 +1170,7 @@ static int parse_secret_key(struct ctx *c, uint8_t tag, const uint8_t *body, siz
 			e = pd_fail(c->detail, c->detail_len, PD_EBADPASS, "key %s: wrong passphrase", fpr);
 		goto out;
 	}
-	e = validate(k, c->kr->backend);
+	e = validate(k, c->kr);
 	if (e) {
 		/* A protected secret that decrypts and passes a 16-bit checksum
 		 * but does not fit: most likely the wrong passphrase. */
@@ -1396,6 +1410,7 @@ int pd_keyring_new(struct pd_keyring **ret, enum pd_rsa_backend backend)
 	if (!kr)
 		return -ENOMEM;
 	kr->backend = backend;
+	kr->ecdh_backend = pd_ecdh_default_backend();
 	*ret = kr;
 	return 0;
 }
@@ -1576,6 +1591,22 @@ int pd_keyring_merge(struct pd_keyring *kr, struct pd_keyring *from, char *detai
 }
 
 enum pd_rsa_backend pd_keyring_backend(const struct pd_keyring *kr) { return kr->backend; }
+
+int pd_keyring_set_ecdh_backend(struct pd_keyring *kr, enum pd_ecdh_backend backend)
+{
+	if (!kr)
+		return -EINVAL;
+	if (backend == PD_ECDH_DEFAULT)
+		backend = pd_ecdh_default_backend();
+	if (backend != PD_ECDH_OPENSSL && backend != PD_ECDH_GCRYPT)
+		return -EINVAL;
+	if (kr->n)
+		return -EBUSY;
+	kr->ecdh_backend = backend;
+	return 0;
+}
+
+enum pd_ecdh_backend pd_keyring_ecdh_backend(const struct pd_keyring *kr) { return kr->ecdh_backend; }
 
 int pd_keyring_add(struct pd_keyring *kr, const uint8_t *data, size_t len, const char *pass, size_t passlen,
                    char *detail, size_t detail_len)

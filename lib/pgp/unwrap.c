@@ -23,6 +23,7 @@
  */
 #include <gcrypt.h>
 
+#include "pgp/ecdh.h"
 #include "pgp/hkdf.h"
 #include "pgp/rsa.h"
 #include "pgp/unwrap.h"
@@ -280,28 +281,6 @@ static void select_key(uint32_t ok, const uint8_t *key, size_t kl, const struct 
 	out->algo = fb->algo;
 }
 
-/* The result of gcry_pk_decrypt is (value X).  Read it in place:
- * gcry_sexp_find_token would copy it, and its copies are never in secure
- * memory. */
-static bool is_value(gcry_sexp_t plain)
-{
-	size_t n = 0;
-	const char *t = plain ? gcry_sexp_nth_data(plain, 0, &n) : NULL;
-	return t && n == 5 && memcmp(t, "value", 5) == 0;
-}
-
-/* libgcrypt 1.10.1 builds the ECDH result (the shared point) in ordinary
- * memory, and frees ordinary memory without wiping: wipe the value in
- * place (its octets only, the list structure stays valid) first. */
-static void release_plain(gcry_sexp_t plain)
-{
-	size_t n = 0;
-	const char *v = is_value(plain) ? gcry_sexp_nth_data(plain, 1, &n) : NULL;
-	if (v)
-		pd_wipe((void *)v, n);
-	gcry_sexp_release(plain);
-}
-
 /* ---------------------------------------------------------------------- */
 /* RSA and ElGamal */
 
@@ -395,7 +374,8 @@ static int unwrap_elgamal(struct pd_worker *w, const struct pd_key *k, const str
 	r = pd_err_from_gcry(gcry_pk_decrypt(&plain, data, skey));
 	if (r < 0)
 		goto out;
-	mm = is_value(plain) ? gcry_sexp_nth_mpi(plain, 1, GCRYMPI_FMT_USG) : NULL;
+	size_t vlen;
+	mm = pd_gcry_value(plain, &vlen) ? gcry_sexp_nth_mpi(plain, 1, GCRYMPI_FMT_USG) : NULL;
 	if (!mm) {
 		r = PD_EINTERNAL;
 		goto out;
@@ -425,7 +405,7 @@ out:
 	gcry_mpi_release(mm); /* secure MPIs are wiped by libgcrypt on release */
 	gcry_mpi_release(am);
 	gcry_mpi_release(bm);
-	release_plain(plain);
+	pd_gcry_release_value(plain);
 	gcry_sexp_release(data);
 	gcry_sexp_release(skey);
 	return r;
@@ -433,44 +413,6 @@ out:
 
 /* ---------------------------------------------------------------------- */
 /* ECDH (RFC 9580 §11.5, RFC 6637) */
-
-/* ZB = x coordinate of d·V on a NIST/brainpool curve, into zb[fsize].  The
- * library checks that V is on the curve (invalid-curve attacks): an error
- * here is about the public point only. */
-static int ecdh_weierstrass(const struct pd_key *k, const uint8_t *pt, size_t ptlen, size_t fsize, uint8_t *zb)
-{
-	gcry_sexp_t skey = NULL, data = NULL, plain = NULL;
-	const char *curve = pd_curve_gcry_name(k->curve);
-	int r;
-
-	if (!curve || !k->x || k->q_len != 1 + 2 * fsize)
-		return PD_EINTERNAL;
-	r = pd_err_from_gcry(gcry_sexp_build(&skey, NULL, "(private-key(ecc(curve %s)(q %b)(d %m)))", curve,
-	                                     (int)k->q_len, k->q, k->x));
-	if (r < 0)
-		goto out;
-	r = pd_err_from_gcry(gcry_sexp_build(&data, NULL, "(enc-val(ecdh(e %b)))", (int)ptlen, pt));
-	if (r < 0)
-		goto out;
-	r = pd_err_from_gcry(gcry_pk_decrypt(&plain, data, skey));
-	if (r < 0)
-		goto out;
-	size_t n = 0;
-	const char *v = is_value(plain) ? gcry_sexp_nth_data(plain, 1, &n) : NULL;
-	/* The shared point comes back as 04 || x || y; the library output
-	 * format depends on the curve only. */
-	if (!v || n != 1 + 2 * fsize || v[0] != 0x04) {
-		r = PD_EINTERNAL;
-		goto out;
-	}
-	memcpy(zb, v + 1, fsize);
-	r = 0;
-out:
-	release_plain(plain);
-	gcry_sexp_release(data);
-	gcry_sexp_release(skey);
-	return r;
-}
 
 static int unwrap_ecdh(struct pd_worker *w, const struct pd_key *k, const struct pd_pkesk *p, uint8_t sym_algo,
                        struct scratch *s, struct pd_sesskey *out, uint32_t *ok_mask)
@@ -519,29 +461,19 @@ static int unwrap_ecdh(struct pd_worker *w, const struct pd_key *k, const struct
 	const uint8_t *wrapped = p->fields + off + 1;
 	if (p->fields_len - off - 1 != wlen || wlen > MAX_WRAPPED || wlen % 8 || wlen < 24)
 		return PD_EMALFORMED;
-	if (cv25519 && (!k->native_sk || k->native_sk_len != 32))
-		return PD_EINTERNAL;
 
 	r = make_fallback(w, k, p, &s->fb);
 	if (r < 0)
 		return r;
 
-	/* Shared secret ZB. */
+	/* Shared secret ZB.  A low-order cv25519 point gives an all-zero
+	 * result on both backends: folded into the mask below. */
 	uint8_t *zb = s->shared;
-	uint32_t nonzero = ~0u;
-	if (cv25519) {
-		/* gcry_ecc_mul_point clamps the scalar itself, which copes with the
-		 * unclamped cv25519 secrets older GnuPG wrote.  A low-order point
-		 * gives an all-zero result: folded into the mask below. */
-		r = pd_err_from_gcry(gcry_ecc_mul_point(GCRY_ECC_CURVE25519, zb, k->native_sk, pt + 1));
-		if (r < 0)
-			return r;
-		nonzero = pd_ct_memneq(zb, (const uint8_t[32]){ 0 }, 32);
-	} else {
-		r = ecdh_weierstrass(k, pt, ptlen, fsize, zb);
-		if (r < 0)
-			return r;
-	}
+	r = pd_ecdh_derive(k, w ? pd_worker_index(w) : PD_MAX_WORKERS, cv25519 ? pt + 1 : pt, cv25519 ? 32 : ptlen,
+	                   zb, fsize);
+	if (r < 0)
+		return r;
+	uint32_t nonzero = cv25519 ? pd_ct_memneq(zb, (const uint8_t[32]){ 0 }, 32) : ~0u;
 
 	/* KEK = leftmost keklen octets of H(00000001 || ZB || Param). */
 	uint8_t param[1 + 10 + 1 + 4 + 20 + 32];
@@ -599,7 +531,6 @@ static int unwrap_x(struct pd_worker *w, const struct pd_key *k, const struct pd
 {
 	const bool x448 = p->pk_algo == PD_PK_X448;
 	const size_t L = x448 ? 56 : 32;
-	const int curve = x448 ? GCRY_ECC_CURVE448 : GCRY_ECC_CURVE25519;
 	const int md = x448 ? GCRY_MD_SHA512 : GCRY_MD_SHA256;
 	const int kek_gcry = x448 ? GCRY_CIPHER_AES256 : GCRY_CIPHER_AES128;
 	const size_t keklen = x448 ? 32 : 16;
@@ -640,7 +571,7 @@ static int unwrap_x(struct pd_worker *w, const struct pd_key *k, const struct pd
 	uint8_t *ikm = s->shared;
 	memcpy(ikm, eph, L);
 	memcpy(ikm + L, k->q, L);
-	r = pd_err_from_gcry(gcry_ecc_mul_point(curve, ikm + 2 * L, k->native_sk, eph));
+	r = pd_ecdh_derive(k, w ? pd_worker_index(w) : PD_MAX_WORKERS, eph, L, ikm + 2 * L, L);
 	if (r < 0)
 		return r;
 	/* A low-order point gives s = 0 (RFC 7748 §6): reject without a branch. */

@@ -5,6 +5,8 @@
  * ECDH cv25519, NIST and brainpool curves, X25519 v3 and X448, and every failure class
  * of the implicit rejection (ok_mask 0 and the deterministic HMAC key);
  * and the PKESKs gpg 2.2, sq and rnp wrote to the key ring's test keys.
+ * Every ECDH/X25519/X448 test runs once per ECDH backend (OpenSSL, then
+ * libgcrypt: see main()).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,12 +14,22 @@
 #include <cmocka.h>
 #include <gcrypt.h>
 
+#include "pgp/ecdh.h"
 #include "pgp/hkdf.h"
 #include "pgp/rsa.h"
 #include "pgp/unwrap.h"
 
 /* ---------------------------------------------------------------------- */
 /* helpers */
+
+/* The ECDH backend of this round of tests (set by the group setup). */
+static enum pd_ecdh_backend ecdh_be = PD_ECDH_OPENSSL;
+
+static void ecdh_ready(struct pd_key *k)
+{
+	assert_int_equal(pd_ecdh_setup(k, ecdh_be), 0);
+	assert_int_equal(k->ecdh_backend, ecdh_be);
+}
 
 static size_t unhex(const char *h, uint8_t *out)
 {
@@ -46,6 +58,7 @@ static void key_free(struct pd_key *k)
 {
 	if (k->pk_algo == PD_PK_RSA)
 		pd_rsa_cleanup(k);
+	pd_ecdh_cleanup(k);
 	gcry_mpi_t *m[] = { &k->n, &k->e, &k->p, &k->g, &k->y, &k->d, &k->sp, &k->sq, &k->u, &k->x };
 	for (size_t i = 0; i < PD_ARRAY_SIZE(m); i++)
 		gcry_mpi_release(*m[i]);
@@ -256,6 +269,7 @@ static struct pd_key *x_key(bool x448, const uint8_t *sk)
 	uint8_t base[56] = { x448 ? 5 : 9 };
 	assert_int_equal(gcry_ecc_mul_point(x448 ? GCRY_ECC_CURVE448 : GCRY_ECC_CURVE25519, k->q, k->native_sk, base), 0);
 	k->q_len = L;
+	ecdh_ready(k);
 	return k;
 }
 
@@ -468,6 +482,7 @@ static struct pd_key *cv25519_key(void)
 	k->fpr_len = 20;
 	gcry_randomize(k->fpr, 20, GCRY_WEAK_RANDOM);
 	memcpy(k->keyid, k->fpr + 12, 8);
+	ecdh_ready(k); /* the scalar is unclamped, as older GnuPG wrote: both backends clamp */
 	return k;
 }
 
@@ -660,6 +675,7 @@ static void test_ecdh_weierstrass(void **state)
 		assert_non_null(k->x);
 		gcry_sexp_release(l);
 		gcry_sexp_release(kp);
+		ecdh_ready(k);
 		size_t oidlen;
 		const uint8_t *oid = pd_curve_oid(k->curve, &oidlen);
 
@@ -1113,6 +1129,7 @@ static void test_real_peers(void **state)
 			struct pd_keyring *kr;
 			char detail[200] = "";
 			assert_int_equal(pd_keyring_new(&kr, backends[bi]), 0);
+			assert_int_equal(pd_keyring_set_ecdh_backend(kr, ecdh_be), 0);
 			if (pd_keyring_add(kr, kb, klen, NULL, 0, detail, sizeof(detail)) < 0)
 				fail_msg("%s: %s", keyname, detail);
 			size_t off = 0, body, blen;
@@ -1176,8 +1193,11 @@ static void test_x25519_a8_keyring(void **state)
 	struct pd_keyring *kr;
 	char detail[200] = "";
 	assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+	assert_int_equal(pd_keyring_set_ecdh_backend(kr, ecdh_be), 0);
 	if (pd_keyring_add(kr, kb, klen, NULL, 0, detail, sizeof(detail)) < 0)
 		fail_msg("a04: %s", detail);
+	assert_int_equal(pd_keyring_set_ecdh_backend(kr, ecdh_be), -EBUSY); /* keys keep theirs */
+	assert_int_equal(pd_keyring_ecdh_backend(kr), ecdh_be);
 	struct pd_pkesk p;
 	assert_int_equal(pd_pkesk_parse(b, n, &p), 0);
 	int hits = 0;
@@ -1220,9 +1240,23 @@ int main(void)
 		cmocka_unit_test(test_real_peers),
 		cmocka_unit_test(test_x25519_a8_keyring),
 	};
+	/* Everything with the OpenSSL ECDH backend, then what involves ECDH
+	 * keys again with libgcrypt's (test_real_peers has cv25519 and NIST
+	 * keys among the RSA ones). */
+	const struct CMUnitTest ecdh_tests[] = {
+		cmocka_unit_test(test_x25519_rfc9580_a8),
+		cmocka_unit_test(test_x25519_x448_roundtrip),
+		cmocka_unit_test(test_ecdh_cv25519),
+		cmocka_unit_test(test_ecdh_weierstrass),
+		cmocka_unit_test(test_real_peers),
+		cmocka_unit_test(test_x25519_a8_keyring),
+	};
 	if (getenv("TEST_FILTER")) /* e.g. TEST_FILTER=test_rsa */
 		cmocka_set_test_filter(getenv("TEST_FILTER"));
-	int r = cmocka_run_group_tests(tests, NULL, NULL);
+	ecdh_be = PD_ECDH_OPENSSL;
+	int r = cmocka_run_group_tests_name("unwrap, ECDH backend openssl", tests, NULL, NULL);
+	ecdh_be = PD_ECDH_GCRYPT;
+	r |= cmocka_run_group_tests_name("unwrap, ECDH backend gcrypt", ecdh_tests, NULL, NULL);
 	pd_lib_deinit();
 	return r;
 }

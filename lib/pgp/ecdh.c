@@ -1,0 +1,350 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ECDH shared-secret backends (see pgp/ecdh.h): OpenSSL 3 (EVP_PKEY_derive)
+ * and libgcrypt.  For the OpenSSL backend k->ecdh_pkey is the key's
+ * EVP_PKEY, made once at load: X25519/X448 (and cv25519, the same
+ * function) from the raw scalar with EVP_PKEY_new_raw_private_key, which
+ * keeps it in OpenSSL's secure heap; NIST/brainpool with EVP_PKEY_fromdata
+ * from the group name, a secure BIGNUM scalar and the public point.  Each
+ * worker gets its own derive-initialised EVP_PKEY_CTX on first use (a
+ * derive_init fetches the exchange method: too slow per message), so per
+ * message only the peer key is made and set.
+ *
+ * Both backends clamp the Montgomery scalars themselves (RFC 7748 §5),
+ * which also copes with the unclamped cv25519 secrets older GnuPG wrote,
+ * and both mask the top bit of a 32-octet u (RFC 7748 §5).  A point of
+ * small order yields the all-zero shared secret: libgcrypt returns it,
+ * OpenSSL refuses to (its derive fails after computing it).  Whether a
+ * point has small order is a property of the public point alone (the
+ * clamped scalar is a multiple of the cofactor), so that refusal is no
+ * secret; it is turned into the same all-zero output, and the caller's
+ * constant-time mask rejects it exactly as on libgcrypt.
+ */
+#include <gcrypt.h>
+#include <openssl/bn.h>
+#include <openssl/core_names.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/param_build.h>
+
+#include "pd-config.h"
+#include "pgp/ecdh.h"
+#include "worker.h"
+
+enum pd_ecdh_backend pd_ecdh_default_backend(void)
+{
+	/* As PD_RSA_BACKEND: lets the test suite run everything against both
+	 * backends without rebuilding. */
+	const char *env = getenv("PD_ECDH_BACKEND");
+	if (env && strcmp(env, "openssl") == 0)
+		return PD_ECDH_OPENSSL;
+	if (env && strcmp(env, "gcrypt") == 0)
+		return PD_ECDH_GCRYPT;
+	return PD_ECDH_DEFAULT_BACKEND;
+}
+
+/* Montgomery-curve key: the OpenSSL key type, the native length. */
+static int x_type(const struct pd_key *k, size_t *len)
+{
+	if (k->pk_algo == PD_PK_X448 && k->curve == PD_CURVE_X448) {
+		*len = 56;
+		return EVP_PKEY_X448;
+	}
+	if ((k->pk_algo == PD_PK_X25519 && k->curve == PD_CURVE_X25519) ||
+	    (k->pk_algo == PD_PK_ECDH && k->curve == PD_CURVE_CV25519)) {
+		*len = 32;
+		return EVP_PKEY_X25519;
+	}
+	return 0;
+}
+
+static const char *ossl_group(enum pd_curve c)
+{
+	switch (c) {
+	case PD_CURVE_P256: return "P-256";
+	case PD_CURVE_P384: return "P-384";
+	case PD_CURVE_P521: return "P-521";
+	case PD_CURVE_BP256: return "brainpoolP256r1";
+	case PD_CURVE_BP384: return "brainpoolP384r1";
+	case PD_CURVE_BP512: return "brainpoolP512r1";
+	default: return NULL;
+	}
+}
+
+/* The public key as stored: native u (X25519/X448) or 40 || u (cv25519). */
+static const uint8_t *x_pub(const struct pd_key *k, size_t len)
+{
+	if (k->pk_algo == PD_PK_ECDH)
+		return k->q_len == 1 + len && k->q[0] == 0x40 ? k->q + 1 : NULL;
+	return k->q_len == len ? k->q : NULL;
+}
+
+/* An EC key of group from params (scalar: a secure BIGNUM, may be NULL)
+ * and the encoded point pub.  OpenSSL checks that the point is on the
+ * curve when it decodes it. */
+static EVP_PKEY *ec_key(const char *group, const BIGNUM *scalar, const uint8_t *pub, size_t publen)
+{
+	OSSL_PARAM_BLD *bld = OSSL_PARAM_BLD_new();
+	OSSL_PARAM *params = NULL;
+	EVP_PKEY_CTX *pctx = NULL;
+	EVP_PKEY *pkey = NULL;
+
+	if (!bld || !OSSL_PARAM_BLD_push_utf8_string(bld, OSSL_PKEY_PARAM_GROUP_NAME, group, 0) ||
+	    !OSSL_PARAM_BLD_push_octet_string(bld, OSSL_PKEY_PARAM_PUB_KEY, pub, publen) ||
+	    (scalar && !OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_PRIV_KEY, scalar)))
+		goto out;
+	params = OSSL_PARAM_BLD_to_param(bld);
+	pctx = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
+	if (!params || !pctx || EVP_PKEY_fromdata_init(pctx) <= 0 ||
+	    EVP_PKEY_fromdata(pctx, &pkey, scalar ? EVP_PKEY_KEYPAIR : EVP_PKEY_PUBLIC_KEY, params) <= 0)
+		pkey = NULL;
+out:
+	EVP_PKEY_CTX_free(pctx);
+	OSSL_PARAM_free(params); /* also clear-frees the secure block holding the scalar */
+	OSSL_PARAM_BLD_free(bld);
+	return pkey;
+}
+
+static int setup_openssl(struct pd_key *k)
+{
+	EVP_PKEY *pkey = NULL;
+	size_t len = 0;
+	int type = x_type(k, &len);
+	int r;
+
+	if (type) {
+		const uint8_t *pub = x_pub(k, len);
+		uint8_t got[56];
+		size_t glen = sizeof(got);
+		if (!pub || !k->native_sk || k->native_sk_len != len)
+			return PD_EINTERNAL;
+		pkey = EVP_PKEY_new_raw_private_key(type, NULL, k->native_sk, len);
+		if (!pkey)
+			goto fail;
+		/* OpenSSL computed the public key from the (clamped) scalar:
+		 * it must be the stored one, as libgcrypt found it to be. */
+		if (EVP_PKEY_get_raw_public_key(pkey, got, &glen) <= 0 || glen != len) {
+			r = PD_EINTERNAL;
+			goto out;
+		}
+		if (memcmp(got, pub, len) != 0) {
+			r = PD_EINTEGRITY;
+			goto out;
+		}
+	} else {
+		const char *group = ossl_group(k->curve);
+		size_t fsize = pd_curve_fsize(k->curve);
+		if (!group)
+			return PD_EUNSUPPORTED;
+		if (!k->x || k->q_len != 1 + 2 * fsize || k->q[0] != 0x04)
+			return PD_EINTERNAL;
+		/* The scalar: gcry MPI -> secure buffer -> secure BIGNUM. */
+		unsigned char *buf = NULL;
+		size_t blen = 0;
+		if (gcry_mpi_aprint(GCRYMPI_FMT_USG, &buf, &blen, k->x))
+			return -ENOMEM;
+		BIGNUM *d = BN_secure_new();
+		if (d && !BN_bin2bn(buf, (int)blen, d)) {
+			BN_clear_free(d);
+			d = NULL;
+		}
+		pd_wipe(buf, blen);
+		gcry_free(buf);
+		if (!d)
+			goto fail;
+		BN_set_flags(d, BN_FLG_CONSTTIME);
+		pkey = ec_key(group, d, k->q, k->q_len);
+		BN_clear_free(d);
+		if (!pkey)
+			goto fail;
+	}
+	k->ecdh_ctx = calloc(PD_MAX_WORKERS, sizeof(void *));
+	if (!k->ecdh_ctx) {
+		r = -ENOMEM;
+		goto out;
+	}
+	k->ecdh_pkey = pkey;
+	return 0;
+fail:
+	/* Only resources can fail here: the key checked out with libgcrypt. */
+	ERR_clear_error();
+	return -ENOMEM;
+out:
+	ERR_clear_error();
+	EVP_PKEY_free(pkey);
+	return r;
+}
+
+int pd_ecdh_setup(struct pd_key *k, enum pd_ecdh_backend backend)
+{
+	size_t len;
+	if (backend == PD_ECDH_DEFAULT)
+		backend = pd_ecdh_default_backend();
+	if (backend != PD_ECDH_OPENSSL && backend != PD_ECDH_GCRYPT)
+		return PD_EUNSUPPORTED;
+	if (!x_type(k, &len) && !(k->pk_algo == PD_PK_ECDH && ossl_group(k->curve)))
+		return PD_EUNSUPPORTED;
+	pd_ecdh_cleanup(k);
+	if (backend == PD_ECDH_OPENSSL) {
+		int r = setup_openssl(k);
+		if (r < 0)
+			return r;
+	}
+	k->ecdh_backend = backend;
+	return 0;
+}
+
+void pd_ecdh_cleanup(struct pd_key *k)
+{
+	if (!k)
+		return;
+	if (k->ecdh_ctx) {
+		for (size_t i = 0; i < PD_MAX_WORKERS; i++)
+			EVP_PKEY_CTX_free(k->ecdh_ctx[i]);
+		free(k->ecdh_ctx);
+		k->ecdh_ctx = NULL;
+	}
+	EVP_PKEY_free(k->ecdh_pkey); /* the secure-heap scalar is cleared on free */
+	k->ecdh_pkey = NULL;
+	k->ecdh_backend = 0;
+}
+
+/* ---- libgcrypt ---- */
+
+/* ZB = x coordinate of d·V on a NIST/brainpool curve, into zb[fsize].  The
+ * library checks that V is on the curve (invalid-curve attacks): an error
+ * here is about the public point only. */
+static int weierstrass_gcrypt(const struct pd_key *k, const uint8_t *pt, size_t ptlen, size_t fsize, uint8_t *zb)
+{
+	gcry_sexp_t skey = NULL, data = NULL, plain = NULL;
+	const char *curve = pd_curve_gcry_name(k->curve);
+	int r;
+
+	if (!curve || !k->x || k->q_len != 1 + 2 * fsize)
+		return PD_EINTERNAL;
+	r = pd_err_from_gcry(gcry_sexp_build(&skey, NULL, "(private-key(ecc(curve %s)(q %b)(d %m)))", curve,
+	                                     (int)k->q_len, k->q, k->x));
+	if (r < 0)
+		goto out;
+	r = pd_err_from_gcry(gcry_sexp_build(&data, NULL, "(enc-val(ecdh(e %b)))", (int)ptlen, pt));
+	if (r < 0)
+		goto out;
+	r = pd_err_from_gcry(gcry_pk_decrypt(&plain, data, skey));
+	if (r < 0)
+		goto out;
+	size_t n = 0;
+	const char *v = pd_gcry_value(plain, &n);
+	/* The shared point comes back as 04 || x || y; the library output
+	 * format depends on the curve only. */
+	if (!v || n != 1 + 2 * fsize || v[0] != 0x04) {
+		r = PD_EINTERNAL;
+		goto out;
+	}
+	memcpy(zb, v + 1, fsize);
+	r = 0;
+out:
+	pd_gcry_release_value(plain);
+	gcry_sexp_release(data);
+	gcry_sexp_release(skey);
+	return r;
+}
+
+static int derive_gcrypt(const struct pd_key *k, const uint8_t *peer, size_t peer_len, uint8_t *out, size_t out_len)
+{
+	size_t len;
+	if (!x_type(k, &len))
+		return weierstrass_gcrypt(k, peer, peer_len, out_len, out);
+	if (!k->native_sk || k->native_sk_len != len)
+		return PD_EINTERNAL;
+	/* A small-order point gives the all-zero result and no error. */
+	return pd_err_from_gcry(gcry_ecc_mul_point(len == 56 ? GCRY_ECC_CURVE448 : GCRY_ECC_CURVE25519, out,
+	                                           k->native_sk, peer));
+}
+
+/* ---- OpenSSL ---- */
+
+static int derive_openssl(const struct pd_key *k, unsigned worker, const uint8_t *peer, size_t peer_len,
+                          uint8_t *out, size_t out_len)
+{
+	EVP_PKEY_CTX *ctx = NULL, *tmp = NULL;
+	EVP_PKEY *pk = NULL;
+	size_t len = 0;
+	int type = x_type(k, &len);
+	int r;
+
+	if (!k->ecdh_pkey || !k->ecdh_ctx)
+		return PD_EINTERNAL;
+	if (worker < PD_MAX_WORKERS)
+		ctx = k->ecdh_ctx[worker];
+	if (!ctx) {
+		ctx = EVP_PKEY_CTX_new_from_pkey(NULL, k->ecdh_pkey, NULL);
+		if (!ctx) {
+			r = -ENOMEM;
+			goto out;
+		}
+		if (EVP_PKEY_derive_init(ctx) <= 0) {
+			EVP_PKEY_CTX_free(ctx);
+			r = PD_EINTERNAL;
+			goto out;
+		}
+		/* Only worker `worker` ever touches this slot (pgp/key.h), so the
+		 * lazy fill needs no lock; out-of-range callers get a one-off. */
+		if (worker < PD_MAX_WORKERS)
+			k->ecdh_ctx[worker] = ctx;
+		else
+			tmp = ctx;
+	}
+	/* The peer key: public data; an error here is about it alone. */
+	pk = type ? EVP_PKEY_new_raw_public_key(type, NULL, peer, peer_len)
+	          : ec_key(ossl_group(k->curve), NULL, peer, peer_len);
+	if (!pk) {
+		r = type ? -ENOMEM : PD_EMALFORMED; /* any 32/56 octets are a u-coordinate */
+		goto out;
+	}
+	/* No public-key check of the peer: the point decode above did the
+	 * on-curve check, and small order is handled below. */
+	if (EVP_PKEY_derive_set_peer_ex(ctx, pk, 0) <= 0) {
+		r = PD_EINTERNAL;
+		goto out;
+	}
+	size_t olen = out_len;
+	if (EVP_PKEY_derive(ctx, out, &olen) <= 0) {
+		if (!type) {
+			r = PD_EINTERNAL;
+			goto out;
+		}
+		/* The all-zero shared secret of a small-order point (see the top
+		 * of this file): the same output as libgcrypt's, no error. */
+		pd_wipe(out, out_len);
+		olen = out_len;
+		ERR_clear_error();
+	}
+	r = olen == out_len ? 0 : PD_EINTERNAL;
+out:
+	if (r < 0)
+		ERR_clear_error();
+	EVP_PKEY_free(pk);
+	EVP_PKEY_CTX_free(tmp);
+	return r;
+}
+
+int pd_ecdh_derive(const struct pd_key *k, unsigned worker, const uint8_t *peer, size_t peer_len, uint8_t *out,
+                   size_t out_len)
+{
+	size_t len = 0;
+	if (x_type(k, &len)) {
+		if (peer_len != len || out_len != len)
+			return PD_EINTERNAL;
+	} else if (k->pk_algo != PD_PK_ECDH || out_len != pd_curve_fsize(k->curve) || !out_len ||
+	           peer_len != 1 + 2 * out_len || peer[0] != 0x04) {
+		return PD_EINTERNAL;
+	}
+	switch (k->ecdh_backend) {
+	case PD_ECDH_OPENSSL:
+		return derive_openssl(k, worker, peer, peer_len, out, out_len);
+	case PD_ECDH_GCRYPT:
+		return derive_gcrypt(k, peer, peer_len, out, out_len);
+	default:
+		return PD_EINTERNAL; /* not set up */
+	}
+}

@@ -1,0 +1,440 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ECDH backends (pgp/ecdh.c): OpenSSL and libgcrypt give the same shared
+ * secret on the RFC 7748 X25519/X448 vectors (§5.2 and the §6 key
+ * exchanges), on the RFC 9580 A.4 X25519 key, on random scalars (also
+ * unclamped ones, as older GnuPG wrote for cv25519) and random u (points
+ * on the twist included), and on NIST/brainpool curves; every small-order
+ * point gives the all-zero secret and no error on both; a point off a
+ * Weierstrass curve is the same public error on both; the backend choice
+ * (PD_ECDH_BACKEND, pd_keyring_set_ecdh_backend) reaches the keys; and
+ * worker threads deriving at once on one key get the right results.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <gcrypt.h>
+
+#include "pd-config.h"
+#include "pgp/ecdh.h"
+
+static const enum pd_ecdh_backend backends[] = { PD_ECDH_OPENSSL, PD_ECDH_GCRYPT };
+
+static size_t unhex(const char *h, uint8_t *out)
+{
+	size_t n = 0;
+	for (; h[0] && h[1]; h += 2) {
+		unsigned v;
+		assert_int_equal(sscanf(h, "%2x", &v), 1);
+		out[n++] = (uint8_t)v;
+	}
+	return n;
+}
+
+/* A Montgomery-curve key as the key ring makes it: native scalar, public
+ * key from libgcrypt; cv25519 (legacy ECDH) when legacy. */
+static struct pd_key *mkey(bool x448, bool legacy, const uint8_t *sk, enum pd_ecdh_backend be)
+{
+	size_t L = x448 ? 56 : 32;
+	struct pd_key *k = calloc(1, sizeof(*k));
+	assert_non_null(k);
+	k->pk_algo = legacy ? PD_PK_ECDH : x448 ? PD_PK_X448 : PD_PK_X25519;
+	k->curve = legacy ? PD_CURVE_CV25519 : x448 ? PD_CURVE_X448 : PD_CURVE_X25519;
+	k->native_sk = gcry_malloc_secure(L);
+	assert_non_null(k->native_sk);
+	k->native_sk_len = L;
+	if (sk)
+		memcpy(k->native_sk, sk, L);
+	else
+		gcry_randomize(k->native_sk, L, GCRY_STRONG_RANDOM);
+	uint8_t base[56] = { x448 ? 5 : 9 };
+	uint8_t *q = legacy ? k->q + 1 : k->q;
+	if (legacy)
+		k->q[0] = 0x40;
+	assert_int_equal(gcry_ecc_mul_point(x448 ? GCRY_ECC_CURVE448 : GCRY_ECC_CURVE25519, q, k->native_sk, base), 0);
+	k->q_len = legacy ? 33 : L;
+	assert_int_equal(pd_ecdh_setup(k, be), 0);
+	assert_int_equal(k->ecdh_backend, be);
+	if (be == PD_ECDH_OPENSSL)
+		assert_non_null(k->ecdh_pkey);
+	else
+		assert_null(k->ecdh_pkey);
+	return k;
+}
+
+static void kfree(struct pd_key *k)
+{
+	pd_ecdh_cleanup(k);
+	gcry_mpi_release(k->x);
+	if (k->native_sk) {
+		pd_wipe(k->native_sk, k->native_sk_len);
+		gcry_free(k->native_sk);
+	}
+	free(k);
+}
+
+/* scalar, u, expected: RFC 7748 §5.2 and §6.1/§6.2 (Alice's secret with
+ * Bob's public key and the other way round). */
+static const struct { bool x448; const char *sk, *u, *want; } vectors[] = {
+	{ false, "a546e36bf0527c9d3b16154b82465edd62144c0ac1fc5a18506a2244ba449ac4",
+	  "e6db6867583030db3594c1a424b15f7c726624ec26b3353b10a903a6d0ab1c4c",
+	  "c3da55379de9c6908e94ea4df28d084f32eccf03491c71f754b4075577a28552" },
+	{ false, "4b66e9d4d1b4673c5ad22691957d6af5c11b6421e0ea01d42ca4169e7918ba0d",
+	  "e5210f12786811d3f4b7959d0538ae2c31dbe7106fc03c3efc4cd549c715a493", /* top bit set: masked */
+	  "95cbde9476e8907d7aade45cb4b873f88b595a68799fa152e6f8f7647aac7957" },
+	{ false, "77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a",
+	  "de9edb7d7b7dc1b4d35b61c2ece435373f8343c85b78674dadfc7e146f882b4f",
+	  "4a5d9d5ba4ce2de1728e3bf480350f25e07e21c947d19e3376f09b3c1e161742" },
+	{ false, "5dab087e624a8a4b79e17f8b83800ee66f3bb1292618b6fd1c2f8b27ff88e0eb",
+	  "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a",
+	  "4a5d9d5ba4ce2de1728e3bf480350f25e07e21c947d19e3376f09b3c1e161742" },
+	{ true, "3d262fddf9ec8e88495266fea19a34d28882acef045104d0d1aae121700a779c984c24f8cdd78fbff44943eba368f54b"
+	        "29259a4f1c600ad3",
+	  "06fce640fa3487bfda5f6cf2d5263f8aad88334cbd07437f020f08f9814dc031ddbdc38c19c6da2583fa5429db94ada1"
+	  "8aa7a7fb4ef8a086",
+	  "ce3e4ff95a60dc6697da1db1d85e6afbdf79b50a2412d7546d5f239fe14fbaadeb445fc66a01b0779d98223961111e21"
+	  "766282f73dd96b6f" },
+	{ true, "203d494428b8399352665ddca42f9de8fef600908e0d461cb021f8c538345dd77c3e4806e25f46d3315c44e0a5b43712"
+	        "82dd2c8d5be3095f",
+	  "0fbcc2f993cd56d3305b0b7d9e55d4c1a8fb5dbb52f8e9a1e9b6201b165d015894e56c4d3570bee52fe205e28a78b91c"
+	  "dfbde71ce8d157db",
+	  "884a02576239ff7a2f2f63b2db6a9ff37047ac13568e1e30fe63c4a7ad1b3ee3a5700df34321d62077e63633c575c1c9"
+	  "54514e99da7c179d" },
+	{ true, "9a8f4925d1519f5775cf46b04b5800d4ee9ee8bae8bc5565d498c28dd9c9baf574a9419744897391006382a6f127ab1d"
+	        "9ac2d8c0a598726b",
+	  "3eb7a829b0cd20f5bcfc0b599b6feccf6da4627107bdb0d4f345b43027d8b972fc3e34fb4232a13ca706dcb57aec3dae"
+	  "07bdc1c67bf33609",
+	  "07fff4181ac6cc95ec1c16a94a0f74d12da232ce40a77552281d282bb60c0b56fd2464c335543936521c24403085d59a"
+	  "449a5037514a879d" },
+	{ true, "1c306a7ac2a0e2e0990b294470cba339e6453772b075811d8fad0d1d6927c120bb5ee8972b0d3e21374c9c921b09d1b0"
+	        "366f10b65173992d",
+	  "9b08f7cc31b7e3e67d22d5aea121074a273bd2b83de09c63faa73d2c22c5d9bbc836647241d953d40c5b12da88120d53"
+	  "177f80e532c41fa0",
+	  "07fff4181ac6cc95ec1c16a94a0f74d12da232ce40a77552281d282bb60c0b56fd2464c335543936521c24403085d59a"
+	  "449a5037514a879d" },
+};
+
+static void test_rfc7748_vectors(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < PD_ARRAY_SIZE(vectors); i++) {
+		uint8_t sk[56], u[56], want[56], out[56];
+		size_t L = unhex(vectors[i].sk, sk);
+		assert_int_equal(unhex(vectors[i].u, u), L);
+		assert_int_equal(unhex(vectors[i].want, want), L);
+		assert_int_equal(L, vectors[i].x448 ? 56 : 32);
+		for (size_t b = 0; b < PD_ARRAY_SIZE(backends); b++)
+			for (int legacy = 0; legacy <= !vectors[i].x448; legacy++) {
+				struct pd_key *k = mkey(vectors[i].x448, legacy, sk, backends[b]);
+				memset(out, 0xaa, sizeof(out));
+				assert_int_equal(pd_ecdh_derive(k, 0, u, L, out, L), 0);
+				if (memcmp(out, want, L) != 0)
+					fail_msg("vector %zu, backend %d, legacy %d: wrong shared secret", i, backends[b], legacy);
+				/* Again through the now cached context, and through a one-off. */
+				assert_int_equal(pd_ecdh_derive(k, 0, u, L, out, L), 0);
+				assert_memory_equal(out, want, L);
+				assert_int_equal(pd_ecdh_derive(k, PD_MAX_WORKERS, u, L, out, L), 0);
+				assert_memory_equal(out, want, L);
+				/* Wrong sizes are the caller's bug, never a derive. */
+				assert_int_equal(pd_ecdh_derive(k, 0, u, L - 1, out, L), PD_EINTERNAL);
+				kfree(k);
+			}
+	}
+}
+
+/* The RFC 9580 A.4 v6 key's X25519 subkey: its public key from the secret
+ * (A.4), on both backends. */
+static void test_rfc9580_a4(void **state)
+{
+	(void)state;
+	uint8_t sk[32], pub[32], out[32], base[32] = { 9 };
+	unhex("4d600a4f794d44775c57a26e0feefed558e9afffd6ad0d582d57fb2ba2dcedb8", sk);
+	unhex("8693248367f9e5015db922f8f48095dda784987f2d5985b12fbad16caf5e4435", pub);
+	for (size_t b = 0; b < PD_ARRAY_SIZE(backends); b++) {
+		struct pd_key *k = mkey(false, false, sk, backends[b]);
+		assert_memory_equal(k->q, pub, 32);
+		assert_int_equal(pd_ecdh_derive(k, 1, base, 32, out, 32), 0);
+		assert_memory_equal(out, pub, 32);
+		kfree(k);
+	}
+}
+
+/* A key whose stored public key does not belong to its scalar: the
+ * OpenSSL setup refuses it (libgcrypt's check runs in the key ring). */
+static void test_setup_mismatch(void **state)
+{
+	(void)state;
+	struct pd_key *k = mkey(false, true, NULL, PD_ECDH_GCRYPT);
+	k->q[5] ^= 1;
+	assert_int_equal(pd_ecdh_setup(k, PD_ECDH_OPENSSL), PD_EINTEGRITY);
+	assert_null(k->ecdh_pkey);
+	k->q[5] ^= 1;
+	assert_int_equal(pd_ecdh_setup(k, PD_ECDH_OPENSSL), 0);
+	assert_non_null(k->ecdh_pkey);
+	assert_int_equal(pd_ecdh_setup(k, (enum pd_ecdh_backend)7), PD_EUNSUPPORTED);
+	kfree(k);
+}
+
+/* Random scalars (unclamped) and random u: both backends agree. */
+static void test_random_agree(void **state)
+{
+	(void)state;
+	for (int x448 = 0; x448 <= 1; x448++)
+		for (int round = 0; round < 20; round++) {
+			size_t L = x448 ? 56 : 32;
+			uint8_t sk[56], u[56], a[56], b[56];
+			gcry_randomize(sk, L, GCRY_WEAK_RANDOM);
+			gcry_randomize(u, L, GCRY_WEAK_RANDOM);
+			struct pd_key *ko = mkey(x448, !x448 && round % 2, sk, PD_ECDH_OPENSSL);
+			struct pd_key *kg = mkey(x448, !x448 && round % 2, sk, PD_ECDH_GCRYPT);
+			assert_memory_equal(ko->q, kg->q, ko->q_len);
+			assert_int_equal(pd_ecdh_derive(ko, 0, u, L, a, L), 0);
+			assert_int_equal(pd_ecdh_derive(kg, 0, u, L, b, L), 0);
+			if (memcmp(a, b, L) != 0)
+				fail_msg("x448=%d round %d: backends disagree", x448, round);
+			kfree(ko);
+			kfree(kg);
+		}
+}
+
+/* Points of small order (and non-canonical encodings of them): all-zero
+ * shared secret, return 0, on both backends. */
+static void test_small_order(void **state)
+{
+	(void)state;
+	static const char *const x25519_pts[] = {
+		"0000000000000000000000000000000000000000000000000000000000000000", /* u = 0 */
+		"0100000000000000000000000000000000000000000000000000000000000000", /* u = 1 */
+		"e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800", /* order 8 */
+		"5f9c95bca3508c24b1d0b1559c83ef5b04445cc4581c8e86d8224eddd09f1157", /* order 8 */
+		"ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f", /* p - 1: order 2 */
+		"edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f", /* p = 0 */
+		"eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f", /* p + 1 = 1 */
+		"0000000000000000000000000000000000000000000000000000000000000080", /* 0, top bit set */
+		"e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b880", /* order 8, top bit */
+	};
+	static const char *const x448_pts[] = {
+		"000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+		"0000000000000000", /* u = 0 */
+		"010000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+		"0000000000000000", /* u = 1 */
+		"fefffffffffffffffffffffffffffffffffffffffffffffffffffffffeffffffffffffffffffffffffffffffffffffff"
+		"ffffffffffffffff", /* p - 1: order 2 */
+		"fffffffffffffffffffffffffffffffffffffffffffffffffffffffffeffffffffffffffffffffffffffffffffffffff"
+		"ffffffffffffffff", /* p = 0 */
+		"00000000000000000000000000000000000000000000000000000000ffffffffffffffffffffffffffffffffffffffff"
+		"ffffffffffffffff", /* p + 1 = 1 */
+	};
+	static const uint8_t zero[56];
+	for (size_t b = 0; b < PD_ARRAY_SIZE(backends); b++)
+		for (int x448 = 0; x448 <= 1; x448++) {
+			size_t L = x448 ? 56 : 32;
+			const char *const *pts = x448 ? x448_pts : x25519_pts;
+			size_t npts = x448 ? PD_ARRAY_SIZE(x448_pts) : PD_ARRAY_SIZE(x25519_pts);
+			for (int legacy = 0; legacy <= !x448; legacy++) {
+				struct pd_key *k = mkey(x448, legacy, NULL, backends[b]);
+				for (size_t i = 0; i < npts; i++) {
+					uint8_t u[56], out[56];
+					assert_int_equal(unhex(pts[i], u), L);
+					memset(out, 0xaa, sizeof(out));
+					int r = pd_ecdh_derive(k, (unsigned)i % 2, u, L, out, L);
+					if (r != 0 || memcmp(out, zero, L) != 0)
+						fail_msg("backend %d x448=%d point %zu: r=%d, not all-zero", backends[b], x448, i, r);
+				}
+				/* A good point right after: nothing stuck (OpenSSL's error queue). */
+				uint8_t base[56] = { x448 ? 5 : 9 }, out[56];
+				assert_int_equal(pd_ecdh_derive(k, 0, base, L, out, L), 0);
+				assert_memory_equal(out, legacy ? k->q + 1 : k->q, L);
+				kfree(k);
+			}
+		}
+}
+
+/* NIST/brainpool: both backends give libgcrypt's ECDH x coordinate; a
+ * point off the curve is the same public error on both. */
+static void test_weierstrass(void **state)
+{
+	(void)state;
+	static const struct { enum pd_curve c; const char *name; size_t fs; } curves[] = {
+		{ PD_CURVE_P256, "NIST P-256", 32 }, { PD_CURVE_P384, "NIST P-384", 48 },
+		{ PD_CURVE_P521, "NIST P-521", 66 }, { PD_CURVE_BP256, "brainpoolP256r1", 32 },
+		{ PD_CURVE_BP384, "brainpoolP384r1", 48 }, { PD_CURVE_BP512, "brainpoolP512r1", 64 },
+	};
+	for (size_t ci = 0; ci < PD_ARRAY_SIZE(curves); ci++) {
+		const size_t fs = curves[ci].fs, ptlen = 1 + 2 * fs;
+		gcry_sexp_t parms, kp, l;
+		assert_int_equal(gcry_sexp_build(&parms, NULL, "(genkey(ecc(curve %s)))", curves[ci].name), 0);
+		assert_int_equal(gcry_pk_genkey(&kp, parms), 0);
+		gcry_sexp_release(parms);
+		struct pd_key *k[2];
+		for (size_t b = 0; b < 2; b++) {
+			k[b] = calloc(1, sizeof(*k[b]));
+			assert_non_null(k[b]);
+			k[b]->pk_algo = PD_PK_ECDH;
+			k[b]->curve = curves[ci].c;
+			l = gcry_sexp_find_token(kp, "q", 0);
+			size_t qn;
+			const char *q = gcry_sexp_nth_data(l, 1, &qn);
+			assert_int_equal(qn, ptlen);
+			memcpy(k[b]->q, q, qn);
+			k[b]->q_len = qn;
+			gcry_sexp_release(l);
+			l = gcry_sexp_find_token(kp, "d", 0);
+			k[b]->x = gcry_sexp_nth_mpi(l, 1, GCRYMPI_FMT_USG);
+			gcry_sexp_release(l);
+			assert_int_equal(pd_ecdh_setup(k[b], backends[b]), 0);
+		}
+		gcry_sexp_release(kp);
+		for (int round = 0; round < 4; round++) {
+			/* e = v·G and s = v·Q from libgcrypt's ECDH encryption. */
+			gcry_sexp_t pub, data, enc;
+			assert_int_equal(gcry_sexp_build(&pub, NULL, "(public-key(ecc(curve %s)(q %b)))", curves[ci].name,
+			                                 (int)ptlen, k[0]->q), 0);
+			gcry_mpi_t v = gcry_mpi_snew(0);
+			gcry_mpi_randomize(v, 8 * (unsigned)fs - 16, GCRY_WEAK_RANDOM);
+			assert_int_equal(gcry_sexp_build(&data, NULL, "(data(flags raw)(value %m))", v), 0);
+			assert_int_equal(gcry_pk_encrypt(&enc, data, pub), 0);
+			uint8_t sh[133], e[133], out[66];
+			size_t n;
+			l = gcry_sexp_find_token(enc, "s", 0);
+			memcpy(sh, gcry_sexp_nth_data(l, 1, &n), ptlen);
+			gcry_sexp_release(l);
+			l = gcry_sexp_find_token(enc, "e", 0);
+			memcpy(e, gcry_sexp_nth_data(l, 1, &n), ptlen);
+			gcry_sexp_release(l);
+			gcry_sexp_release(enc);
+			gcry_sexp_release(data);
+			gcry_sexp_release(pub);
+			gcry_mpi_release(v);
+			int err[2];
+			for (size_t b = 0; b < 2; b++) {
+				memset(out, 0xaa, sizeof(out));
+				assert_int_equal(pd_ecdh_derive(k[b], (unsigned)round, e, ptlen, out, fs), 0);
+				if (memcmp(out, sh + 1, fs) != 0)
+					fail_msg("%s backend %d: wrong x", curves[ci].name, backends[b]);
+				/* Off the curve: y changed. */
+				e[ptlen - 1 - (size_t)round] ^= 1;
+				err[b] = pd_ecdh_derive(k[b], (unsigned)round, e, ptlen, out, fs);
+				e[ptlen - 1 - (size_t)round] ^= 1;
+			}
+			if (err[0] != PD_EMALFORMED || err[1] != PD_EMALFORMED)
+				fail_msg("%s: off-curve point gave %d (openssl) and %d (gcrypt)", curves[ci].name, err[0], err[1]);
+		}
+		kfree(k[0]);
+		kfree(k[1]);
+	}
+}
+
+/* PD_ECDH_BACKEND and the key ring's setter reach the keys it loads. */
+static void test_choice(void **state)
+{
+	(void)state;
+	char path[512];
+	snprintf(path, sizeof(path), "%s/keys/a04-v6-secret-key.gpg", PD_TEST_DATA);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	uint8_t buf[4096];
+	size_t len = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	assert_true(len > 0 && len < sizeof(buf));
+
+	const char *old = getenv("PD_ECDH_BACKEND");
+	char *save = old ? strdup(old) : NULL;
+	static const struct { const char *env; enum pd_ecdh_backend set, want; } cases[] = {
+		{ "gcrypt", PD_ECDH_DEFAULT, PD_ECDH_GCRYPT },
+		{ "openssl", PD_ECDH_DEFAULT, PD_ECDH_OPENSSL },
+		{ NULL, PD_ECDH_DEFAULT, PD_ECDH_DEFAULT_BACKEND },
+		{ "openssl", PD_ECDH_GCRYPT, PD_ECDH_GCRYPT },
+		{ "gcrypt", PD_ECDH_OPENSSL, PD_ECDH_OPENSSL },
+	};
+	for (size_t i = 0; i < PD_ARRAY_SIZE(cases); i++) {
+		if (cases[i].env)
+			setenv("PD_ECDH_BACKEND", cases[i].env, 1);
+		else
+			unsetenv("PD_ECDH_BACKEND");
+		struct pd_keyring *kr;
+		char detail[200] = "";
+		assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+		if (cases[i].set)
+			assert_int_equal(pd_keyring_set_ecdh_backend(kr, cases[i].set), 0);
+		assert_int_equal(pd_keyring_ecdh_backend(kr), cases[i].want);
+		assert_int_equal(pd_keyring_set_ecdh_backend(kr, (enum pd_ecdh_backend)9), -EINVAL);
+		if (pd_keyring_add(kr, buf, len, NULL, 0, detail, sizeof(detail)) != 1)
+			fail_msg("a04: %s", detail);
+		const struct pd_key *k = pd__keyring_get(kr, 0);
+		assert_int_equal(k->pk_algo, PD_PK_X25519);
+		assert_int_equal(k->ecdh_backend, cases[i].want);
+		assert_true((k->ecdh_pkey != NULL) == (cases[i].want == PD_ECDH_OPENSSL));
+		assert_int_equal(pd_keyring_set_ecdh_backend(kr, PD_ECDH_GCRYPT), -EBUSY);
+		pd_keyring_free(kr);
+	}
+	if (save) {
+		setenv("PD_ECDH_BACKEND", save, 1);
+		free(save);
+	} else {
+		unsetenv("PD_ECDH_BACKEND");
+	}
+}
+
+/* Several worker threads on one key at once (each its own context). */
+struct thr {
+	const struct pd_key *k;
+	unsigned worker;
+	const uint8_t *u, *want;
+	int bad;
+};
+
+static void *thr_main(void *arg)
+{
+	struct thr *t = arg;
+	for (int i = 0; i < 200; i++) {
+		uint8_t out[32];
+		if (pd_ecdh_derive(t->k, t->worker, t->u, 32, out, 32) != 0 || memcmp(out, t->want, 32) != 0)
+			t->bad++;
+	}
+	return NULL;
+}
+
+static void test_threads(void **state)
+{
+	(void)state;
+	uint8_t sk[32], u[32], want[32];
+	unhex(vectors[0].sk, sk);
+	unhex(vectors[0].u, u);
+	unhex(vectors[0].want, want);
+	for (size_t b = 0; b < PD_ARRAY_SIZE(backends); b++) {
+		struct pd_key *k = mkey(false, true, sk, backends[b]);
+		pthread_t th[4];
+		struct thr t[4];
+		for (unsigned i = 0; i < 4; i++) {
+			t[i] = (struct thr){ k, i == 3 ? PD_MAX_WORKERS : i, u, want, 0 };
+			assert_int_equal(pthread_create(&th[i], NULL, thr_main, &t[i]), 0);
+		}
+		for (unsigned i = 0; i < 4; i++) {
+			pthread_join(th[i], NULL);
+			assert_int_equal(t[i].bad, 0);
+		}
+		kfree(k);
+	}
+}
+
+int main(void)
+{
+	assert_int_equal(pd_lib_init(0), 0);
+	gcry_control(GCRYCTL_ENABLE_QUICK_RANDOM, 0); /* see test-unwrap.c */
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_rfc7748_vectors),
+		cmocka_unit_test(test_rfc9580_a4),
+		cmocka_unit_test(test_setup_mismatch),
+		cmocka_unit_test(test_random_agree),
+		cmocka_unit_test(test_small_order),
+		cmocka_unit_test(test_weierstrass),
+		cmocka_unit_test(test_choice),
+		cmocka_unit_test(test_threads),
+	};
+	int r = cmocka_run_group_tests(tests, NULL, NULL);
+	pd_lib_deinit();
+	return r;
+}
