@@ -40,6 +40,7 @@ static const struct opt opts[] = {
 	{ "strict-keys", 0, T_BOOL, O(strict_keys), "BOOL", "refuse to start or reload when a key is skipped as unusable (default no)" },
 	{ "workers", 'w', T_UINT, O(workers), "N", "decryption threads (default: one per CPU)" },
 	{ "rsa-backend", 0, T_STR, O(rsa_backend), "openssl|gcrypt", "RSA private-key backend" },
+	{ "ecdh-backend", 0, T_STR, O(ecdh_backend), "openssl|gcrypt", "ECDH (cv25519, X25519, X448, NIST, brainpool) backend" },
 	{ "secmem-size", 0, T_SIZE, O(secmem_size), "BYTES", "locked secure memory for keys (default 0: sized from the key files, at least 4M)" },
 	{ "log-level", 0, T_LEVEL, O(log_level), "LEVEL", "err, warning, notice, info (default), debug" },
 	{ "log-requests", 0, T_LEVEL_OFF, O(log_requests), "LEVEL|off", "level of the line logged per finished request (default info)" },
@@ -417,6 +418,9 @@ static int check(struct pd_config *c, char *err, size_t errlen)
 	if (c->rsa_backend && strcmp(c->rsa_backend, "default") && strcmp(c->rsa_backend, "openssl") &&
 	    strcmp(c->rsa_backend, "gcrypt"))
 		return fail(err, errlen, "rsa-backend: want openssl or gcrypt, not '%s'", c->rsa_backend);
+	if (c->ecdh_backend && strcmp(c->ecdh_backend, "default") && strcmp(c->ecdh_backend, "openssl") &&
+	    strcmp(c->ecdh_backend, "gcrypt"))
+		return fail(err, errlen, "ecdh-backend: want openssl or gcrypt, not '%s'", c->ecdh_backend);
 	if (!c->tls_handshake_timeout_ms)
 		return fail(err, errlen, "tls-handshake-timeout must be more than 0");
 	if (c->tls_min_version && strcmp(c->tls_min_version, "1.2") && strcmp(c->tls_min_version, "1.3"))

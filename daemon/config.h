@@ -42,6 +42,7 @@ struct pd_config {
 	bool strict_keys;           /* a skipped (unusable) key fails the load */
 	unsigned workers;           /* 0 = one per CPU */
 	char *rsa_backend;          /* "default", "openssl", "gcrypt" */
+	char *ecdh_backend;         /* "default", "openssl", "gcrypt" */
 	size_t secmem_size;         /* secure memory bytes, libgcrypt's and OpenSSL's each */
 	int log_level;
 	int log_requests;           /* level of the per-request line; -1: off */

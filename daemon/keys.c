@@ -753,6 +753,11 @@ static int load(struct load *L)
 		be = PD_RSA_OPENSSL;
 	else if (c->rsa_backend && !strcmp(c->rsa_backend, "gcrypt"))
 		be = PD_RSA_GCRYPT;
+	enum pd_ecdh_backend ecdh_be = PD_ECDH_DEFAULT; /* "default": $PD_ECDH_BACKEND, else the build's */
+	if (c->ecdh_backend && !strcmp(c->ecdh_backend, "openssl"))
+		ecdh_be = PD_ECDH_OPENSSL;
+	else if (c->ecdh_backend && !strcmp(c->ecdh_backend, "gcrypt"))
+		ecdh_be = PD_ECDH_GCRYPT;
 	if ((r = parse_maps(L)) < 0)
 		return r;
 	const char *others[] = { c->passphrase_file, c->tls_key, c->tls_cert, c->tls_ca };
@@ -772,6 +777,8 @@ static int load(struct load *L)
 			return fail(L, -ENOMEM, "out of memory");
 	}
 	r = pd_keyring_new(&L->ks->kr, be);
+	if (r == 0)
+		r = pd_keyring_set_ecdh_backend(L->ks->kr, ecdh_be);
 	if (r < 0)
 		return fail(L, r, "key ring: %s", pd_strerror(r));
 	if (c->keydir) {

@@ -41,6 +41,7 @@ struct opts {
 	const char *passphrase_file;
 	const char *password_file;
 	enum pd_rsa_backend backend;
+	enum pd_ecdh_backend ecdh_backend;
 	size_t slice;
 	struct pd_limits lim;
 	bool info;
@@ -61,6 +62,8 @@ static void usage(FILE *f)
 	      "  --passphrase-file FILE passphrase unlocking protected keys (first line)\n"
 	      "  --password-file FILE   password for password-encrypted messages (first line)\n"
 	      "  --rsa-backend B        openssl or gcrypt (default: the build's default)\n"
+	      "  --ecdh-backend B       openssl or gcrypt, for cv25519/X25519/X448/NIST/brainpool\n"
+	      "                         (default: $PD_ECDH_BACKEND, else the build's default)\n"
 	      "  --slice N              feed the engine N bytes at a time (default 65536)\n"
 	      "  --allow-sed            decrypt SED packets (no integrity protection)\n"
 	      "  --max-output N         limit on plaintext bytes (0 = unlimited)\n"
@@ -446,13 +449,14 @@ static int bench(const struct opts *o, struct pd_keyring *kr, struct pd_worker *
 
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-	enum { O_KEY = 256, O_PASSPHRASE, O_PASSWORD, O_BACKEND, O_SLICE, O_SED, O_MAXOUT,
+	enum { O_KEY = 256, O_PASSPHRASE, O_PASSWORD, O_BACKEND, O_ECDH_BACKEND, O_SLICE, O_SED, O_MAXOUT,
 	       O_MAXRATIO, O_MAXDEPTH, O_MAXARGON2, O_MAXSKESK, O_MAXKDF, O_INFO, O_BENCH, O_BENCHSEC };
 	static const struct option lo[] = {
 		{ "key", required_argument, NULL, O_KEY },
 		{ "passphrase-file", required_argument, NULL, O_PASSPHRASE },
 		{ "password-file", required_argument, NULL, O_PASSWORD },
 		{ "rsa-backend", required_argument, NULL, O_BACKEND },
+		{ "ecdh-backend", required_argument, NULL, O_ECDH_BACKEND },
 		{ "slice", required_argument, NULL, O_SLICE },
 		{ "allow-sed", no_argument, NULL, O_SED },
 		{ "max-output", required_argument, NULL, O_MAXOUT },
@@ -493,6 +497,16 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 				o->backend = PD_RSA_GCRYPT;
 			else {
 				fprintf(stderr, "pd-decrypt: --rsa-backend must be openssl or gcrypt\n");
+				return -EINVAL;
+			}
+			break;
+		case O_ECDH_BACKEND:
+			if (!strcmp(optarg, "openssl"))
+				o->ecdh_backend = PD_ECDH_OPENSSL;
+			else if (!strcmp(optarg, "gcrypt"))
+				o->ecdh_backend = PD_ECDH_GCRYPT;
+			else {
+				fprintf(stderr, "pd-decrypt: --ecdh-backend must be openssl or gcrypt\n");
 				return -EINVAL;
 			}
 			break;
@@ -588,6 +602,8 @@ int main(int argc, char **argv)
 		}
 	}
 	r = pd_keyring_new(&kr, o.backend);
+	if (r == 0)
+		r = pd_keyring_set_ecdh_backend(kr, o.ecdh_backend);
 	if (r < 0) {
 		rc = fail(r, "creating the key ring");
 		goto out;

@@ -5,7 +5,8 @@ engine's test driver (tools/pd-decrypt) that decrypts them.
 
 Everything costly is made once per session and cached: keys are generated
 on first use (RSA-4096 once), ciphertexts are cached per (peer, key, size,
-armor, options) so that both RSA backends decrypt the same bytes.
+armor, options) so that both RSA backends, and both ECDH backends, decrypt
+the same bytes.
 
 Environment:
   PD_BUILD_DIR   meson build directory (set by `meson test`)
@@ -49,10 +50,12 @@ PASSPHRASE = "pd test passphrase \u00e9"  # non-ASCII on purpose: UTF-8 octets
 
 class KeySpec:
     """How to make a key: who generates it, its algorithm label (for the
-    summary), whether its decryption key is RSA (both backends tested)."""
+    summary), whether its decryption key is RSA (both RSA backends tested);
+    ECDH keys (algo ECDH-*, X25519, X448) get both ECDH backends."""
 
     def __init__(self, name, maker, algo, rsa=False, passphrase=None, args=()):
         self.name, self.maker, self.algo, self.rsa = name, maker, algo, rsa
+        self.ecdh = algo.startswith("ECDH-") or algo in ("X25519", "X448")
         self.passphrase, self.args = passphrase, args
 
 
@@ -91,7 +94,10 @@ CANNOT = {
 
 
 def backends_for(key):
-    return BACKENDS if KEYS[key].rsa else [None]
+    """The backends a key's messages are decrypted with: both RSA ones for
+    RSA keys, both ECDH ones for ECDH keys (the Driver passes a backend as
+    --rsa-backend and --ecdh-backend alike)."""
+    return BACKENDS if KEYS[key].rsa or KEYS[key].ecdh else [None]
 
 
 class Key:
@@ -306,7 +312,7 @@ class Driver:
         for k in keys:
             cmd += ["--key", k.key if isinstance(k, Key) else k]
         if backend:
-            cmd += ["--rsa-backend", backend]
+            cmd += ["--rsa-backend", backend, "--ecdh-backend", backend]
         if slice:
             cmd += ["--slice", str(slice)]
         if passphrase is not None:

@@ -18,7 +18,7 @@ def test_help_documents_exit_codes(pd):
 
 
 def test_usage_errors(pd):
-    for args in (["--bogus"], ["--slice", "0"], ["--rsa-backend", "rot13"], ["a", "b"],
+    for args in (["--bogus"], ["--slice", "0"], ["--rsa-backend", "rot13"], ["--ecdh-backend", "x"], ["a", "b"],
                  ["--bench"], ["--max-output", "-1"]):
         p = run([pd.path, *args], check=False)
         assert p.returncode == 2, (args, p)

@@ -17,10 +17,11 @@ ARGON2_2GIB = ["--max-argon2-kib", str(2 * 1024 * 1024), "--max-kdf-mib", "1024"
 slow = pytest.mark.skipif(LEAN, reason="2 GiB Argon2 samples run in the normal build only")
 
 
+@pytest.mark.parametrize("backend", ["openssl", "gcrypt"])
 @pytest.mark.parametrize("slice", [1, 7, 65536])
-def test_a08_x25519_ocb(pd, matrix, slice):
-    matrix("RFC 9580", "vector", "A.8 X25519 + SEIPD v2 OCB")
-    r = pd(V / "a08-x25519-aead-ocb-message.asc", [V / "a04-v6-secret-key.asc"], slice=slice)
+def test_a08_x25519_ocb(pd, matrix, slice, backend):
+    matrix("RFC 9580", "vector", f"A.8 X25519 + SEIPD v2 OCB/{backend}")
+    r = pd(V / "a08-x25519-aead-ocb-message.asc", [V / "a04-v6-secret-key.asc"], slice=slice, backend=backend)
     expect_ok(r, plaintext=HELLO)
     assert r.info["integrity"] == "aead" and r.info["aead_algo"] == "OCB"
     assert r.info["key_fpr"] == "12C83F1E706F6308FE151A417743A1F033790E93E9978488D1DB378DA9930885"
