@@ -39,6 +39,7 @@ void pd_log_init(void)
 void pd_log_set_level(enum pd_log_level lvl) { max_level = (int)lvl; }
 
 bool pd_log_is_debug(void) { return max_level >= PD_LOG_DEBUG; }
+bool pd_log_enabled(enum pd_log_level lvl) { return (int)lvl <= max_level; }
 
 int pd_log_level_parse(const char *s)
 {

@@ -31,6 +31,8 @@ void pd_log_set_level(enum pd_log_level lvl);
 int pd_log_level_parse(const char *s);
 /** Whether debug lines are written (guard expensive formatting with it). */
 bool pd_log_is_debug(void);
+/** Whether lines at lvl are written (the same, for any level). */
+bool pd_log_enabled(enum pd_log_level lvl);
 /** Write one line at lvl; group is one of SYS NET TLS PROTO REQ PGP POOL. */
 void pd_log(enum pd_log_level lvl, const char *group, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

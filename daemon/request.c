@@ -127,8 +127,8 @@ static void log_outcome(const struct pd_request *r, uint16_t status, double seco
 	char fpr[65] = "-", f_req[40], f_id[32], f_peer[80], f_st[48], f_key[80], f_in[48], f_out[48], f_ms[40],
 	     f_int[40];
 
-	if (lvl < 0)
-		return;
+	if (lvl < 0 || !pd_log_enabled((enum pd_log_level)lvl))
+		return; /* nine snprintf per request for a line not written */
 	key_text(r, status, fpr);
 	const char *st = pd_status_name(status);
 	const char *in = integ[r->ok_integrity < 4 ? r->ok_integrity : 0];

@@ -45,6 +45,7 @@ static const struct {
 	for (size_t i_ = 0; i_ < PD_ARRAY_SIZE(tab); i_++) if (tab[i_].key == (field))
 
 int pd_sym_gcry(int algo) { FIND(syms, id, algo) return syms[i_].gcry; return 0; }
+unsigned pd_sym_id(size_t i) { return i < PD_ARRAY_SIZE(syms) ? (unsigned)syms[i].id : 0; }
 size_t pd_sym_keylen(int algo) { FIND(syms, id, algo) return syms[i_].keylen; return 0; }
 
 uint32_t pd_sym_keylen_ct(uint8_t algo)

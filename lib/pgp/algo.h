@@ -25,6 +25,9 @@ enum pd_curve {
 
 /** libgcrypt cipher id for an OpenPGP symmetric id, 0 if unknown/invalid. */
 PD_HIDDEN int pd_sym_gcry(int algo);
+/** The i-th symmetric algorithm id this library knows (in increasing
+ * order), 0 past the last: loops over the candidates without 255 lookups. */
+PD_HIDDEN unsigned pd_sym_id(size_t i);
 /** Key length in octets (0 if unknown). */
 PD_HIDDEN size_t pd_sym_keylen(int algo);
 /** The same for a secret algo octet, in constant time (0 if unknown). */

@@ -7,8 +7,13 @@
  * keeps it in OpenSSL's secure heap; NIST/brainpool with EVP_PKEY_fromdata
  * from the group name, a secure BIGNUM scalar and the public point.  Each
  * worker gets its own derive-initialised EVP_PKEY_CTX on first use (a
- * derive_init fetches the exchange method: too slow per message), so per
- * message only the peer key is made and set.
+ * derive_init fetches the exchange method: too slow per message) and a
+ * peer key: for X25519/X448 one EVP_PKEY whose public value each message
+ * replaces (EVP_PKEY_set1_encoded_public_key), since making a key
+ * (EVP_PKEY_new_raw_public_key, EVP_PKEY_fromdata) looks the key manager up
+ * by name each time, through the name map and its locks, 5-6% of a
+ * derive; for NIST/brainpool a key-import context made once, the point
+ * imported per message (where OpenSSL checks it is on the curve).
  *
  * Both backends clamp the Montgomery scalars themselves (RFC 7748 §5),
  * which also copes with the unclamped cv25519 secrets older GnuPG wrote,
@@ -103,6 +108,65 @@ out:
 	OSSL_PARAM_free(params); /* also clear-frees the secure block holding the scalar */
 	OSSL_PARAM_BLD_free(bld);
 	return pkey;
+}
+
+/* Per worker per key (k->ecdh_ctx[i]), made on the worker's first use. */
+struct ecdh_worker {
+	EVP_PKEY_CTX *derive;       /* from k->ecdh_pkey, derive-initialised */
+	EVP_PKEY *peer_pk;          /* X25519/X448: the peer, its value replaced per message */
+	EVP_PKEY_CTX *peer;         /* NIST/brainpool: "EC", fromdata-initialised */
+};
+
+static void ecdh_worker_free(struct ecdh_worker *ew)
+{
+	if (!ew)
+		return;
+	EVP_PKEY_CTX_free(ew->derive);
+	EVP_PKEY_free(ew->peer_pk);
+	EVP_PKEY_CTX_free(ew->peer);
+	free(ew);
+}
+
+static struct ecdh_worker *ecdh_worker_new(const struct pd_key *k, int type)
+{
+	struct ecdh_worker *ew = calloc(1, sizeof(*ew));
+	if (!ew)
+		return NULL;
+	ew->derive = EVP_PKEY_CTX_new_from_pkey(NULL, k->ecdh_pkey, NULL);
+	bool ok = ew->derive && EVP_PKEY_derive_init(ew->derive) > 0;
+	if (type) {
+		/* Any valid value to start with: the key's own public key. */
+		size_t len = 0;
+		x_type(k, &len);
+		ew->peer_pk = EVP_PKEY_new_raw_public_key(type, NULL, x_pub(k, len), len);
+		ok = ok && ew->peer_pk;
+	} else {
+		ew->peer = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
+		ok = ok && ew->peer && EVP_PKEY_fromdata_init(ew->peer) > 0;
+	}
+	if (!ok) {
+		ecdh_worker_free(ew);
+		return NULL;
+	}
+	return ew;
+}
+
+/* The peer's public key from its point (public data): ew->peer_pk with
+ * its value replaced (X25519/X448: not to be freed), or a new key imported
+ * through ew->peer (NIST/brainpool: *own set, the caller frees it). */
+static EVP_PKEY *peer_key(const struct pd_key *k, struct ecdh_worker *ew, const uint8_t *pt, size_t len,
+                          EVP_PKEY **own)
+{
+	*own = NULL;
+	if (ew->peer_pk)
+		return EVP_PKEY_set1_encoded_public_key(ew->peer_pk, pt, len) > 0 ? ew->peer_pk : NULL;
+	OSSL_PARAM params[3];
+	params[0] = OSSL_PARAM_construct_utf8_string(OSSL_PKEY_PARAM_GROUP_NAME, (char *)ossl_group(k->curve), 0);
+	params[1] = OSSL_PARAM_construct_octet_string(OSSL_PKEY_PARAM_PUB_KEY, (void *)pt, len);
+	params[2] = OSSL_PARAM_construct_end();
+	if (EVP_PKEY_fromdata(ew->peer, own, EVP_PKEY_PUBLIC_KEY, params) <= 0)
+		return *own = NULL;
+	return *own;
 }
 
 static int setup_openssl(struct pd_key *k)
@@ -200,7 +264,7 @@ void pd_ecdh_cleanup(struct pd_key *k)
 		return;
 	if (k->ecdh_ctx) {
 		for (size_t i = 0; i < PD_MAX_WORKERS; i++)
-			EVP_PKEY_CTX_free(k->ecdh_ctx[i]);
+			ecdh_worker_free(k->ecdh_ctx[i]);
 		free(k->ecdh_ctx);
 		k->ecdh_ctx = NULL;
 	}
@@ -266,8 +330,8 @@ static int derive_gcrypt(const struct pd_key *k, const uint8_t *peer, size_t pee
 static int derive_openssl(const struct pd_key *k, unsigned worker, const uint8_t *peer, size_t peer_len,
                           uint8_t *out, size_t out_len)
 {
-	EVP_PKEY_CTX *ctx = NULL, *tmp = NULL;
-	EVP_PKEY *pk = NULL;
+	struct ecdh_worker *ew = NULL, *tmp = NULL;
+	EVP_PKEY *pk = NULL, *own = NULL;
 	size_t len = 0;
 	int type = x_type(k, &len);
 	int r;
@@ -275,40 +339,36 @@ static int derive_openssl(const struct pd_key *k, unsigned worker, const uint8_t
 	if (!k->ecdh_pkey || !k->ecdh_ctx)
 		return PD_EINTERNAL;
 	if (worker < PD_MAX_WORKERS)
-		ctx = k->ecdh_ctx[worker];
-	if (!ctx) {
-		ctx = EVP_PKEY_CTX_new_from_pkey(NULL, k->ecdh_pkey, NULL);
-		if (!ctx) {
+		ew = k->ecdh_ctx[worker];
+	if (!ew) {
+		ew = ecdh_worker_new(k, type);
+		if (!ew) {
 			r = -ENOMEM;
-			goto out;
-		}
-		if (EVP_PKEY_derive_init(ctx) <= 0) {
-			EVP_PKEY_CTX_free(ctx);
-			r = PD_EINTERNAL;
 			goto out;
 		}
 		/* Only worker `worker` ever touches this slot (pgp/key.h), so the
 		 * lazy fill needs no lock; out-of-range callers get a one-off. */
 		if (worker < PD_MAX_WORKERS)
-			k->ecdh_ctx[worker] = ctx;
+			k->ecdh_ctx[worker] = ew;
 		else
-			tmp = ctx;
+			tmp = ew;
 	}
-	/* The peer key: public data; an error here is about it alone. */
-	pk = type ? EVP_PKEY_new_raw_public_key(type, NULL, peer, peer_len)
-	          : ec_key(ossl_group(k->curve), NULL, peer, peer_len);
+	/* The peer key: public data; an error here is about it alone.  Any
+	 * 32/56 octets are a u-coordinate; a NIST/brainpool point is checked
+	 * to be on the curve when it is decoded. */
+	pk = peer_key(k, ew, peer, peer_len, &own);
 	if (!pk) {
-		r = type ? -ENOMEM : PD_EMALFORMED; /* any 32/56 octets are a u-coordinate */
+		r = type ? -ENOMEM : PD_EMALFORMED;
 		goto out;
 	}
-	/* No public-key check of the peer: the point decode above did the
-	 * on-curve check, and small order is handled below. */
-	if (EVP_PKEY_derive_set_peer_ex(ctx, pk, 0) <= 0) {
+	/* No public-key check of the peer: the decode did the on-curve check,
+	 * and small order is handled below. */
+	if (EVP_PKEY_derive_set_peer_ex(ew->derive, pk, 0) <= 0) {
 		r = PD_EINTERNAL;
 		goto out;
 	}
 	size_t olen = out_len;
-	if (EVP_PKEY_derive(ctx, out, &olen) <= 0) {
+	if (EVP_PKEY_derive(ew->derive, out, &olen) <= 0) {
 		if (!type) {
 			r = PD_EINTERNAL;
 			goto out;
@@ -323,8 +383,8 @@ static int derive_openssl(const struct pd_key *k, unsigned worker, const uint8_t
 out:
 	if (r < 0)
 		ERR_clear_error();
-	EVP_PKEY_free(pk);
-	EVP_PKEY_CTX_free(tmp);
+	EVP_PKEY_free(own);
+	ecdh_worker_free(tmp);
 	return r;
 }
 

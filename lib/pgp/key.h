@@ -51,7 +51,7 @@ struct pd_key {
 	/* ECDH backend state (pgp/ecdh.c), for ECDH/X25519/X448 keys */
 	enum pd_ecdh_backend ecdh_backend; /* 0 until pd_ecdh_setup() */
 	void *ecdh_pkey;          /* EVP_PKEY * (OpenSSL backend), else NULL */
-	void **ecdh_ctx;          /* OpenSSL: PD_MAX_WORKERS EVP_PKEY_CTX *, derive-initialised lazily */
+	void **ecdh_ctx;          /* OpenSSL: PD_MAX_WORKERS per-worker contexts (pgp/ecdh.c), lazily */
 };
 
 /** Free a key and wipe its secrets; accepts NULL, returns NULL. */

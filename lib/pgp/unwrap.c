@@ -133,10 +133,13 @@ static uint32_t select_payload(const uint8_t *buf, size_t len, bool right, size_
 	const size_t a = v3; /* the algorithm octet in front of the key */
 	uint32_t ok = 0;
 
-	for (unsigned id = 1; id < 256; id++) {
+	/* Every known algorithm (the table's order and size are public), not
+	 * ids 1..255 of which most are unknown. */
+	unsigned id;
+	for (size_t i = 0; (id = pd_sym_id(i)) != 0; i++) {
 		if (sym_algo && id != sym_algo)
 			continue;
-		size_t kl = pd_sym_keylen((int)id); /* public: id is the loop counter */
+		size_t kl = pd_sym_keylen((int)id); /* public: id comes from the table */
 		if (!kl || kl > sizeof(out->key))
 			continue;
 		size_t need = a + kl + 2;

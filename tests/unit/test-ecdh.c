@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <gcrypt.h>
+#include <openssl/err.h>
 
 #include "pd-config.h"
 #include "pgp/ecdh.h"
@@ -137,6 +138,7 @@ static void test_rfc7748_vectors(void **state)
 				assert_memory_equal(out, want, L);
 				assert_int_equal(pd_ecdh_derive(k, PD_MAX_WORKERS, u, L, out, L), 0);
 				assert_memory_equal(out, want, L);
+				assert_int_equal(ERR_peek_error(), 0);
 				/* Wrong sizes are the caller's bug, never a derive. */
 				assert_int_equal(pd_ecdh_derive(k, 0, u, L - 1, out, L), PD_EINTERNAL);
 				kfree(k);
@@ -199,6 +201,30 @@ static void test_random_agree(void **state)
 		}
 }
 
+/* One key, one worker, many peers one after another (the worker's peer key
+ * is reused): each result is that peer's, as libgcrypt computes it. */
+static void test_same_worker_many_peers(void **state)
+{
+	(void)state;
+	for (int x448 = 0; x448 <= 1; x448++) {
+		size_t L = x448 ? 56 : 32;
+		struct pd_key *ko = mkey(x448, !x448, NULL, PD_ECDH_OPENSSL);
+		struct pd_key *kg = mkey(x448, !x448, ko->native_sk, PD_ECDH_GCRYPT);
+		for (int i = 0; i < 30; i++) {
+			uint8_t u[56], a[56], b[56];
+			gcry_randomize(u, L, GCRY_WEAK_RANDOM);
+			if (i % 7 == 3)
+				memset(u, 0, L); /* a small-order point in between */
+			assert_int_equal(pd_ecdh_derive(ko, 5, u, L, a, L), 0);
+			assert_int_equal(pd_ecdh_derive(kg, 5, u, L, b, L), 0);
+			if (memcmp(a, b, L) != 0)
+				fail_msg("x448=%d peer %d: backends disagree", x448, i);
+		}
+		kfree(ko);
+		kfree(kg);
+	}
+}
+
 /* Points of small order (and non-canonical encodings of them): all-zero
  * shared secret, return 0, on both backends. */
 static void test_small_order(void **state)
@@ -247,6 +273,7 @@ static void test_small_order(void **state)
 				uint8_t base[56] = { x448 ? 5 : 9 }, out[56];
 				assert_int_equal(pd_ecdh_derive(k, 0, base, L, out, L), 0);
 				assert_memory_equal(out, legacy ? k->q + 1 : k->q, L);
+				assert_int_equal(ERR_peek_error(), 0); /* no stale errors left on the thread */
 				kfree(k);
 			}
 		}
@@ -429,6 +456,7 @@ int main(void)
 		cmocka_unit_test(test_rfc9580_a4),
 		cmocka_unit_test(test_setup_mismatch),
 		cmocka_unit_test(test_random_agree),
+		cmocka_unit_test(test_same_worker_many_peers),
 		cmocka_unit_test(test_small_order),
 		cmocka_unit_test(test_weierstrass),
 		cmocka_unit_test(test_choice),
