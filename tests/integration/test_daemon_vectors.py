@@ -143,3 +143,28 @@ def test_a12_argon2(tmp_path, matrix, name):
         assert r.stdout == HELLO
     finally:
         assert d.stop() == 0, d.logtext()
+
+
+@pytest.mark.parametrize("backend", ["openssl", "gcrypt"])
+def test_a08_x25519_ecdh_backend(tmp_path, matrix, backend):
+    """--ecdh-backend reaches the daemon's keys: the A.8 X25519 message
+    decrypts with either backend (the A.8 shared secret on both)."""
+    matrix("daemon", "RFC 9580", f"A.8 X25519, --ecdh-backend {backend}")
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (keys / "a04.asc").write_bytes((V / "a04-v6-secret-key.asc").read_bytes())
+    d = Daemon(None, tmp_path, "--ecdh-backend", backend, keydir=keys)
+    try:
+        r = decrypt(d, V / "a08-x25519-aead-ocb-message.asc")
+        assert r.returncode == 0, (r.stderr, d.logtext())
+        assert r.stdout == HELLO
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
+def test_ecdh_backend_refused(tmp_path, matrix):
+    matrix("daemon", "RFC 9580", "--ecdh-backend rot13 refused")
+    p = subprocess.run([PGPDECD, "--listen", "unix:" + str(tmp_path / "s"), "--key", str(V / "a04-v6-secret-key.asc"),
+                        "--ecdh-backend", "rot13"], capture_output=True, timeout=60)
+    assert p.returncode != 0
+    assert b"ecdh-backend: want openssl or gcrypt, not 'rot13'" in p.stderr, p.stderr
