@@ -3,8 +3,9 @@
  * ECDH shared-secret backends (see pgp/ecdh.h): OpenSSL 3 (EVP_PKEY_derive)
  * and libgcrypt.  For the OpenSSL backend k->ecdh_pkey is the key's
  * EVP_PKEY, made once at load: X25519/X448 (and cv25519, the same
- * function) from the raw scalar with EVP_PKEY_new_raw_private_key, which
- * keeps it in OpenSSL's secure heap; NIST/brainpool with EVP_PKEY_fromdata
+ * function) from the raw scalar with EVP_PKEY_new_raw_private_key and
+ * EVP_PKEY_dup, which puts it in OpenSSL's secure heap (see setup_openssl);
+ * NIST/brainpool with EVP_PKEY_fromdata
  * from the group name, a secure BIGNUM scalar and the public point.  Each
  * worker gets its own derive-initialised EVP_PKEY_CTX on first use (a
  * derive_init fetches the exchange method: too slow per message) and a
@@ -182,7 +183,16 @@ static int setup_openssl(struct pd_key *k)
 		size_t glen = sizeof(got);
 		if (!pub || !k->native_sk || k->native_sk_len != len)
 			return PD_EINTERNAL;
-		pkey = EVP_PKEY_new_raw_private_key(type, NULL, k->native_sk, len);
+		/* OpenSSL 3.0 imports a raw X25519/X448 scalar into the normal
+		 * heap (OSSL_PARAM_get_octet_string allocates it); its key
+		 * duplication allocates the scalar in the secure heap.  So import,
+		 * duplicate, and free the import, whose copy OpenSSL cleanses on
+		 * free (OPENSSL_secure_clear_free of a non-secure pointer). */
+		EVP_PKEY *imp = EVP_PKEY_new_raw_private_key(type, NULL, k->native_sk, len);
+		if (!imp)
+			goto fail;
+		pkey = EVP_PKEY_dup(imp);
+		EVP_PKEY_free(imp);
 		if (!pkey)
 			goto fail;
 		/* OpenSSL computed the public key from the (clamped) scalar:

@@ -179,6 +179,52 @@ static void test_setup_mismatch(void **state)
 	kfree(k);
 }
 
+/* The OpenSSL backend keeps each scalar in OpenSSL's secure heap (when
+ * pd_lib_init could set one up): making a key takes from it, freeing gives
+ * it back. */
+static void test_secure_heap(void **state)
+{
+	(void)state;
+	size_t size, before, mid, after;
+	pd_secure_heap(&size, &before);
+	if (!size)
+		skip(); /* RLIMIT_MEMLOCK too small for the heap here */
+	for (int x448 = 0; x448 <= 1; x448++) {
+		pd_secure_heap(&size, &before);
+		struct pd_key *k = mkey(x448, false, NULL, PD_ECDH_OPENSSL);
+		pd_secure_heap(&size, &mid);
+		assert_true(mid > before);
+		kfree(k);
+		pd_secure_heap(&size, &after);
+		assert_int_equal(after, before);
+	}
+	/* A NIST key: the scalar as a secure BIGNUM inside OpenSSL's EC key. */
+	gcry_sexp_t parms, kp, l;
+	assert_int_equal(gcry_sexp_build(&parms, NULL, "(genkey(ecc(curve \"NIST P-256\")))"), 0);
+	assert_int_equal(gcry_pk_genkey(&kp, parms), 0);
+	gcry_sexp_release(parms);
+	struct pd_key *k = calloc(1, sizeof(*k));
+	assert_non_null(k);
+	k->pk_algo = PD_PK_ECDH;
+	k->curve = PD_CURVE_P256;
+	l = gcry_sexp_find_token(kp, "q", 0);
+	size_t qn;
+	memcpy(k->q, gcry_sexp_nth_data(l, 1, &qn), 65);
+	k->q_len = qn;
+	gcry_sexp_release(l);
+	l = gcry_sexp_find_token(kp, "d", 0);
+	k->x = gcry_sexp_nth_mpi(l, 1, GCRYMPI_FMT_USG);
+	gcry_sexp_release(l);
+	gcry_sexp_release(kp);
+	pd_secure_heap(&size, &before);
+	assert_int_equal(pd_ecdh_setup(k, PD_ECDH_OPENSSL), 0);
+	pd_secure_heap(&size, &mid);
+	assert_true(mid > before);
+	kfree(k);
+	pd_secure_heap(&size, &after);
+	assert_int_equal(after, before);
+}
+
 /* Random scalars (unclamped) and random u: both backends agree. */
 static void test_random_agree(void **state)
 {
@@ -455,6 +501,7 @@ int main(void)
 		cmocka_unit_test(test_rfc7748_vectors),
 		cmocka_unit_test(test_rfc9580_a4),
 		cmocka_unit_test(test_setup_mismatch),
+		cmocka_unit_test(test_secure_heap),
 		cmocka_unit_test(test_random_agree),
 		cmocka_unit_test(test_same_worker_many_peers),
 		cmocka_unit_test(test_small_order),
