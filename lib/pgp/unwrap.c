@@ -9,7 +9,8 @@
  *      key's ir_secret) *before* the secret operation, so that success and
  *      failure do the same work;
  *   3. the secret operation (RSA/ElGamal raw decrypt, ECDH/X25519/X448 plus
- *      KDF and AES key unwrap);
+ *      KDF and AES key unwrap; the RSA and ECDH steps through the backends
+ *      of pgp/rsa.c and pgp/ecdh.c, which never decide on secret data);
  *   4. a constant-time decode that turns every secret-dependent check
  *      (padding, separator, algorithm octet, length, checksum, key-wrap
  *      integrity value, all-zero shared secret) into a 0/~0 mask, and a
