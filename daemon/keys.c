@@ -500,6 +500,8 @@ static void unlock_file(const struct load *L, enum pd_rsa_backend be, struct job
 	j->key_read = true;
 	j->stage = J_ADD;
 	j->r = pd_keyring_new(&j->kr, be);
+	if (j->r == 0) /* the ECDH backend of the ring it is merged into */
+		j->r = pd_keyring_set_ecdh_backend(j->kr, pd_keyring_ecdh_backend(L->ks->kr));
 	if (j->r == 0)
 		j->r = pd_keyring_add_report(j->kr, data, len, pass, passlen, on_skip, j, j->detail, sizeof(j->detail));
 out:

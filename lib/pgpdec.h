@@ -217,7 +217,7 @@ PD_API int pd_keyring_add_report(struct pd_keyring *kr, const uint8_t *data, siz
  * in parallel: each thread fills its own ring with pd_keyring_add(), one
  * thread merges them in file order, and the result is the ring adding the
  * files one after another would have made.  Both rings must use the same
- * RSA backend.  Returns the number of keys added, or a negative error and
+ * RSA backend and the same ECDH backend.  Returns the number of keys added, or a negative error and
  * then nothing moved and from is still the caller's: -EINVAL, -ENOMEM,
  * PD_ELIMIT (the ring would pass its cap of keys). */
 PD_API int pd_keyring_merge(struct pd_keyring *kr, struct pd_keyring *from, char *detail, size_t detail_len);

@@ -1563,7 +1563,7 @@ int pd_keyring_merge(struct pd_keyring *kr, struct pd_keyring *from, char *detai
 
 	if (detail && detail_len)
 		detail[0] = 0;
-	if (!kr || !from || kr == from || kr->backend != from->backend)
+	if (!kr || !from || kr == from || kr->backend != from->backend || kr->ecdh_backend != from->ecdh_backend)
 		return -EINVAL;
 	if ((r = ring_reserve(kr, from->n)) < 0)
 		return r;
