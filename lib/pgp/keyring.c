@@ -17,6 +17,7 @@
  * input parsed and unlocked.
  */
 #include <gcrypt.h>
+#include <openssl/crypto.h>
 
 #include "armor.h"
 #include "pgp/ecdh.h"
@@ -190,8 +191,7 @@ struct pd_key *pd_key_free(struct pd_key *k)
 		gcry_free(k->native_sk);
 	}
 	if (k->ir_secret) {
-		pd_wipe(k->ir_secret, 32);
-		gcry_free(k->ir_secret);
+		OPENSSL_secure_clear_free(k->ir_secret, 32);
 	}
 	pd_wipe(k, sizeof(*k));
 	free(k);
@@ -494,12 +494,41 @@ static uint16_t csum16(const uint8_t *p, size_t n)
 /* Check the secret against the public key. */
 static int validate_secret(struct pd_key *k, enum pd_rsa_backend backend);
 
+/* Once an OpenSSL backend holds a key's secret (in OpenSSL's secure heap),
+ * libgcrypt's copies go: libgcrypt's secure-memory allocator walks every
+ * block in its pool on each allocation, so 10,000 keys' worth of long-lived
+ * blocks there made every message's secure allocations (session keys,
+ * scratch, cipher handles) 50 times slower.  What stays in libgcrypt's
+ * pool is the keys of the libgcrypt backends (ElGamal always). */
+static void drop_gcrypt_secrets(struct pd_key *k)
+{
+	if ((k->pk_algo == PD_PK_RSA || k->pk_algo == PD_PK_RSA_E) && k->rsa_backend == PD_RSA_OPENSSL) {
+		gcry_mpi_release(k->d);
+		gcry_mpi_release(k->sp);
+		gcry_mpi_release(k->sq);
+		gcry_mpi_release(k->u);
+		k->d = k->sp = k->sq = k->u = NULL;
+	}
+	if ((k->pk_algo == PD_PK_ECDH || k->pk_algo == PD_PK_X25519 || k->pk_algo == PD_PK_X448) &&
+	    k->ecdh_backend == PD_ECDH_OPENSSL) {
+		gcry_mpi_release(k->x); /* secure MPIs are wiped when freed */
+		k->x = NULL;
+		if (k->native_sk) {
+			pd_wipe(k->native_sk, k->native_sk_len);
+			gcry_free(k->native_sk);
+			k->native_sk = NULL; /* native_sk_len stays: the scalar's size */
+		}
+	}
+}
+
 /* Check the secret against the public key and prepare the key's backend. */
 static int validate(struct pd_key *k, const struct pd_keyring *kr)
 {
 	int e = validate_secret(k, kr->backend);
 	if (e == 0 && (k->pk_algo == PD_PK_ECDH || k->pk_algo == PD_PK_X25519 || k->pk_algo == PD_PK_X448))
 		e = pd_ecdh_setup(k, kr->ecdh_backend);
+	if (e == 0)
+		drop_gcrypt_secrets(k);
 	return e;
 }
 
@@ -1183,7 +1212,7 @@ static int parse_secret_key(struct ctx *c, uint8_t tag, const uint8_t *body, siz
 			e = pd_fail(c->why, sizeof(c->why), e, "unsupported key parameters");
 		goto out;
 	}
-	k->ir_secret = gcry_malloc_secure(32);
+	k->ir_secret = OPENSSL_secure_malloc(32); /* not libgcrypt's pool: see drop_gcrypt_secrets */
 	if (!k->ir_secret) {
 		e = -ENOMEM;
 		goto out;

@@ -541,7 +541,7 @@ static int unwrap_x(struct pd_worker *w, const struct pd_key *k, const struct pd
 	const char *info = x448 ? "OpenPGP X448" : "OpenPGP X25519";
 	int r;
 
-	if (!k->native_sk || k->native_sk_len != L || k->q_len != L)
+	if (k->native_sk_len != L || k->q_len != L) /* the scalar is with its backend (pgp/ecdh.h) */
 		return PD_EINTERNAL;
 	/* Fields: eph(L) || size || [algo (v3, in the clear)] || ESK. */
 	if (p->fields_len < L + 1 || p->fields_len - L - 1 != p->fields[L])

@@ -9,8 +9,11 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 #include <cmocka.h>
 #include <gcrypt.h>
+#include <openssl/crypto.h>
 
 #include "pgp/hkdf.h"
 #include "pgp/key.h"
@@ -49,13 +52,21 @@ static void assert_fpr(const uint8_t *fpr, size_t len, const char *hex)
 	assert_memory_equal(fpr, want, len);
 }
 
+/* A ring whose ECDH keys keep their scalar where these tests can read it
+ * (k->native_sk): with the OpenSSL backend it is only in OpenSSL's key. */
+static void new_ring(struct pd_keyring **kr)
+{
+	assert_int_equal(pd_keyring_new(kr, PD_RSA_DEFAULT), 0);
+	assert_int_equal(pd_keyring_set_ecdh_backend(*kr, PD_ECDH_GCRYPT), 0);
+}
+
 /* Load a file into a fresh ring; returns pd_keyring_add()'s result. */
 static int add_file(struct pd_keyring **kr, const char *name, const char *pass, char *detail)
 {
 	size_t len;
 	uint8_t *buf = load(name, &len);
 	if (!*kr)
-		assert_int_equal(pd_keyring_new(kr, PD_RSA_DEFAULT), 0);
+		new_ring(kr);
 	int r = pd_keyring_add(*kr, buf, len, pass, pass ? strlen(pass) : 0, detail, 256);
 	free(buf);
 	return r;
@@ -128,7 +139,7 @@ static void test_load_files(void **state)
 		const struct pd_key *k = pd__keyring_get(kr, (size_t)w->idx);
 		assert_non_null(k);
 		assert_non_null(k->ir_secret);
-		assert_true(gcry_is_secure(k->ir_secret));
+		assert_true(CRYPTO_secure_allocated(k->ir_secret));
 		if (k->native_sk)
 			assert_true(gcry_is_secure(k->native_sk));
 		assert_null(pd__keyring_get(kr, (size_t)w->n));
@@ -312,7 +323,7 @@ static void test_merge(void **state)
 		part[i] = NULL;
 		assert_int_equal(add_file(&part[i], files[i], PASS, detail), 1);
 	}
-	assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+	new_ring(&kr);
 	for (size_t i = 0; i < 7; i++) {
 		r = pd_keyring_merge(kr, part[i], detail, sizeof(detail));
 		assert_int_equal(r, fresh[i]);
@@ -341,6 +352,13 @@ static void test_merge(void **state)
 	assert_int_equal(pd_keyring_merge(o, o, detail, sizeof(detail)), -EINVAL);
 	assert_int_equal(pd_keyring_merge(o, NULL, detail, sizeof(detail)), -EINVAL);
 	pd_keyring_free(g);
+	/* nor do rings of different ECDH backends */
+	struct pd_keyring *x = NULL;
+	assert_int_equal(pd_keyring_set_ecdh_backend(o, PD_ECDH_OPENSSL), 0);
+	assert_int_equal(add_file(&x, "cv25519.gpg", NULL, detail), 1); /* a libgcrypt ECDH ring */
+	assert_int_equal(pd_keyring_merge(o, x, detail, sizeof(detail)), -EINVAL);
+	assert_int_equal(pd_keyring_count(x), 1);
+	pd_keyring_free(x);
 	pd_keyring_free(o);
 	pd_keyring_free(kr);
 	pd_keyring_free(seq);
@@ -414,6 +432,106 @@ static void test_many(void **state)
 	}
 	free(buf);
 	pd_keyring_free(kr);
+}
+
+/* libgcrypt's secure pool: its allocator walks every block on each
+ * allocation, so long-lived key secrets there slow every message down with
+ * the number of keys.  The count of its blocks in use, from its own stats
+ * line ("secmem usage: USED/TOTAL bytes in N blocks"). */
+static unsigned secmem_blocks_seen;
+static void secmem_log(void *opaque, int level, const char *fmt, va_list ap)
+{
+	(void)opaque;
+	(void)level;
+	char line[256];
+	unsigned used, n;
+	unsigned long total;
+	vsnprintf(line, sizeof(line), fmt, ap);
+	const char *p = strpbrk(line, "0123456789");
+	if (strstr(line, "secmem usage") && p && sscanf(p, "%u/%lu bytes in %u blocks", &used, &total, &n) == 3)
+		secmem_blocks_seen = n;
+}
+
+static unsigned secmem_blocks(void)
+{
+	secmem_blocks_seen = ~0u;
+	gcry_set_log_handler(secmem_log, NULL);
+	gcry_control(GCRYCTL_DUMP_SECMEM_STATS);
+	gcry_set_log_handler(NULL, NULL);
+	assert_int_not_equal(secmem_blocks_seen, ~0u);
+	return secmem_blocks_seen;
+}
+
+/* n distinct keys from file: its first subkey (tag 7) with creation times
+ * one hour apart, added to kr. */
+static void add_copies(struct pd_keyring *kr, const char *file, size_t n)
+{
+	size_t len, off = 0, sub = 0;
+	uint8_t *buf = load(file, &len);
+	char detail[256];
+	while (off + 2 <= len) {
+		uint8_t ctb = buf[off], tag = ctb & 0x40 ? ctb & 0x3F : (ctb >> 2) & 15;
+		size_t hl, bl;
+		if (ctb & 0x40) {
+			uint8_t o = buf[off + 1];
+			hl = o < 192 ? 2 : o < 224 ? 3 : 6;
+			bl = o < 192 ? o : o < 224 ? ((size_t)(o - 192) << 8) + buf[off + 2] + 192
+			                           : (size_t)buf[off + 2] << 24 | buf[off + 3] << 16 | buf[off + 4] << 8 | buf[off + 5];
+		} else {
+			hl = 1 + ((size_t)1 << (ctb & 3));
+			bl = 0;
+			for (size_t i = 1; i < hl; i++)
+				bl = bl << 8 | buf[off + i];
+		}
+		if (tag == 7) {
+			sub = off + hl;
+			break;
+		}
+		off += hl + bl;
+	}
+	assert_true(sub > 0);
+	for (size_t i = 0; i < n; i++) {
+		uint32_t t = 1262304000u + (uint32_t)i * 3600u;
+		buf[sub + 1] = (uint8_t)(t >> 24);
+		buf[sub + 2] = (uint8_t)(t >> 16);
+		buf[sub + 3] = (uint8_t)(t >> 8);
+		buf[sub + 4] = (uint8_t)t;
+		int r = pd_keyring_add(kr, buf, len, NULL, 0, detail, sizeof(detail));
+		if (r != 1)
+			fail_msg("%s copy %zu: %d (%s)", file, i, r, detail);
+	}
+	free(buf);
+}
+
+/* With the OpenSSL backends (the defaults) a key leaves nothing in
+ * libgcrypt's secure pool: 600 RSA-2048 and 600 cv25519 keys hold no more
+ * of its blocks than an empty ring.  (Before: six blocks per RSA key, two
+ * per cv25519 key.)  The libgcrypt backends keep theirs there. */
+static void test_keys_leave_gcrypt_pool(void **state)
+{
+	(void)state;
+	struct pd_keyring *kr;
+	const unsigned before = secmem_blocks();
+
+	assert_int_equal(pd_keyring_new(&kr, PD_RSA_OPENSSL), 0);
+	assert_int_equal(pd_keyring_set_ecdh_backend(kr, PD_ECDH_OPENSSL), 0);
+	add_copies(kr, "rsa2048.gpg", 600);
+	add_copies(kr, "cv25519.gpg", 600);
+	assert_int_equal(pd_keyring_count(kr), 1200);
+	unsigned held = secmem_blocks();
+	print_message("libgcrypt secure blocks: %u before, %u with 1200 keys (OpenSSL backends)\n", before, held);
+	assert_true(held <= before + 4);
+	pd_keyring_free(kr);
+
+	assert_int_equal(pd_keyring_new(&kr, PD_RSA_GCRYPT), 0);
+	assert_int_equal(pd_keyring_set_ecdh_backend(kr, PD_ECDH_GCRYPT), 0);
+	add_copies(kr, "rsa2048.gpg", 20);
+	add_copies(kr, "cv25519.gpg", 20);
+	held = secmem_blocks();
+	print_message("libgcrypt secure blocks: %u with 40 keys (libgcrypt backends)\n", held);
+	assert_true(held >= before + 40);
+	pd_keyring_free(kr);
+	assert_true(secmem_blocks() <= before + 4);
 }
 
 /* ------------------------------------------------------------------ */
@@ -650,7 +768,7 @@ static void test_s2k_usages(void **state)
 		struct pd_keyring *ref = NULL, *kr;
 		char detail[256];
 		assert_int_equal(add_file(&ref, cases[i].file, NULL, detail), 1);
-		assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+		new_ring(&kr);
 		assert_int_equal(pd_keyring_add(kr, p, plen, NULL, 0, detail, sizeof(detail)), PD_ENEEDPASS);
 		assert_int_equal(pd_keyring_add(kr, p, plen, "nope", 4, detail, sizeof(detail)), PD_EBADPASS);
 		int r = pd_keyring_add(kr, p, plen, PASS, strlen(PASS), detail, sizeof(detail));
@@ -664,7 +782,7 @@ static void test_s2k_usages(void **state)
 		/* Last octet of the protected data (tag, SHA-1 or checksum)
 		 * changed: the unlock check fails like a wrong passphrase. */
 		p[end - 1] ^= 0x01;
-		assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+		new_ring(&kr);
 		assert_int_equal(pd_keyring_add(kr, p, plen, PASS, strlen(PASS), detail, sizeof(detail)), PD_EBADPASS);
 		pd_keyring_free(kr);
 		pd_keyring_free(ref);
@@ -1279,6 +1397,7 @@ int main(void)
 		cmocka_unit_test(test_several_and_duplicates),
 		cmocka_unit_test(test_merge),
 		cmocka_unit_test(test_many),
+		cmocka_unit_test(test_keys_leave_gcrypt_pool),
 		cmocka_unit_test(test_s2k_usages),
 		cmocka_unit_test(test_mismatch),
 		cmocka_unit_test(test_v5_rejected),
