@@ -37,10 +37,14 @@ PKGS_BUILD="meson ninja-build pkg-config gcc libc6-dev libgcrypt20-dev libgpg-er
 # tests/integration/test_systemd_real.py boots a Debian 12 tree from the
 # mirror apt uses and runs the packaged units under its systemd;
 # python3-gnupg, python3-gpg (GPGME) and pass: tests/integration/test_gpg_front.py
-# drives them against pgpdecd-gpg
+# drives them against pgpdecd-gpg;
+# golang-go, golang-github-protonmail-go-crypto-dev, openssl and time:
+# tests/integration/test_bench_compare.py runs contrib/bench/compare.sh
+# (go-crypto built offline in GOPATH mode, `openssl speed`, /usr/bin/time)
 PKGS_TEST="python3 python3-pytest python3-cryptography gnupg sq rnp sqop gosop gnutls-bin
  systemd scdoc man-db groff-base lintian debhelper devscripts postfix swaks time haproxy gnuplot-nox
- prometheus prometheus-node-exporter debootstrap systemd-container python3-gnupg python3-gpg pass"
+ prometheus prometheus-node-exporter debootstrap systemd-container python3-gnupg python3-gpg pass
+ golang-go golang-github-protonmail-go-crypto-dev openssl"
 # contrib/fuzz.sh: clang, and libFuzzer's runtime (libclang_rt.fuzzer, in
 # libclang-rt-14-dev on Debian 12)
 PKGS_FUZZ="clang libclang-rt-14-dev"

@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: MIT
+"""Smoke run of contrib/bench/compare.sh (the side-by-side benchmark) on
+tiny settings: the real daemon, gpg, sq, sqop, rnp, gosop, go-crypto built
+offline from Debian's packages, pd-rsa-limit and `openssl speed`.  The table
+must have every column, a row per decryptor, key and size, and a sane
+number in every cell (and the JSON it writes must agree with it)."""
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import BUILD
+
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COMPARE = os.path.join(SRC, "contrib", "bench", "compare.sh")
+COLUMNS = ["key", "size", "decryptor", "msgs", "msgs/s", "MB/s", "P50 ms", "P99 ms", "peak RSS MiB",
+           "of raw limit"]
+LEVELS = [1, 3]
+DECRYPTORS = ([f"pgpdecd, concurrency {c}" for c in LEVELS] +
+              [f"{t}, one process per message" for t in ("gpg", "sq", "sqop", "rnp", "gosop")] +
+              ["go-crypto in-process, 2 goroutines"])
+SIZE = 4096
+
+
+def test_compare_quick_table(tmp_path):
+    js = tmp_path / "compare.json"
+    p = subprocess.run(["sh", COMPARE, "--quick", "--keys", "rsa2048 cv25519", "--sizes", "4k",
+                        "--levels", " ".join(map(str, LEVELS)), "--runs", "3", "--seconds", "0.3",
+                        "--messages", "2", "--workers", "2", "--json", str(js)],
+                       env=dict(os.environ, BUILD=str(BUILD)), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = p.stdout.splitlines()
+    raw = next(l for l in lines if l.startswith("Raw limits"))
+    assert re.search(r"RSA-2048 pd-rsa-limit openssl \d+/\d+", raw), raw
+    assert re.search(r"cv25519 openssl speed ecdhx25519 \d+/\d+", raw), raw
+    table = [l for l in lines if l.startswith("|")]
+    head = [c.strip() for c in table[0].strip("|").split("|")]
+    assert head == COLUMNS
+    assert set(table[1]) <= set("|-:")
+    rows = [[c.strip() for c in l.strip("|").split("|")] for l in table[2:]]
+    seen = set()
+    for r in rows:
+        assert len(r) == len(COLUMNS), r
+        key, size, who = r[0], r[1], r[2]
+        n, rate, mb, p50, p99, rss, ratio = (float(x) for x in r[3:])
+        seen.add((key, size, who))
+        assert size == "4k"
+        assert n >= 2 and rate > 0 and p50 > 0, r
+        assert p50 <= p99, r
+        # MB/s is messages/s times the plaintext size (printed to 2 places)
+        assert abs(mb - rate * SIZE / 1e6) <= 0.01 + 0.01 * mb, r
+        # a process or daemon that decrypts an RSA or X25519 message needs
+        # more than 1 MiB and (here) far less than 2 GiB
+        assert 1 < rss < 2048, r
+        # a share of the raw private-key rate; no decryptor is 5 x faster
+        # than the raw operation it needs once per message
+        assert 0 < ratio < 5, r
+        if who.startswith("pgpdecd") or who.startswith("go-crypto"):
+            # in-process rates: far from a process per message
+            assert rate > 50, r
+    want = {(k, "4k", d) for k in ("RSA-2048", "cv25519") for d in DECRYPTORS}
+    assert seen == want, (seen ^ want)
+    assert len(rows) == len(want)
+    j = json.loads(js.read_text())
+    assert len(j["rows"]) == len(rows)
+    for jr in j["rows"]:
+        assert jr["rss_kb"] > 1024 and jr["msgs_per_s"] > 0
+
+
+def test_compare_refuses_unknown_options():
+    p = subprocess.run(["sh", COMPARE, "--no-such-option"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 64 and "unknown option --no-such-option" in p.stderr
+    p = subprocess.run(["sh", COMPARE, "--keys", "rsa1024"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1 and "unknown key rsa1024" in p.stderr
