@@ -7,7 +7,9 @@ For each key (RSA-2048/3072/4096 and cv25519 by default: an ed25519 primary
 with an encryption subkey, made by gpg) and each plaintext size (4 KiB,
 1 MiB, 64 MiB), gpg encrypts --messages distinct messages of ASCII text
 (base64 lines of random bytes, LF: gosop only reproduces such text) with its
-defaults (SEIPD v1, AES-256, ZLIB).  Every tool decrypts the same messages
+defaults (SEIPD v1, AES-256) but without compression (--compress zlib for
+gpg's default ZLIB, whose inflate then dominates every tool's cost on large
+messages).  Every tool decrypts the same messages
 with its own key format, and its first output of each is compared with the
 plaintext (a tool that decrypts wrongly stops the run).  Measured, one after
 the other on this machine:
@@ -18,9 +20,10 @@ the other on this machine:
               Measured just before and just after the key's pgpdecd rows;
               the mean of the two is the limit.
   pgpdecd     the daemon (started here on a Unix socket, --workers W, its
-              default backends) driven by `pgpdecd-client bench` at each
-              concurrency level; peak RSS is the daemon's VmHWM, reset
-              (clear_refs 5) before each row.
+              default backends, a fresh daemon with the one key for each key
+              and size) driven by `pgpdecd-client bench` at each concurrency
+              level; peak RSS is the daemon's VmHWM, reset (clear_refs 5) to
+              its current RSS before each row.
   gpg, sq, sqop, rnp, gosop
               one process per message, one after another (how they are used
               from scripts): gpg --decrypt with the agent running and the key
@@ -42,7 +45,7 @@ and max(c, --big-runs) requests per pgpdecd row.
 Usage: contrib/bench/compare.sh [--quick] [--keys "rsa2048 rsa3072 rsa4096 cv25519"]
          [--sizes "4k 1m 64m"] [--levels "1 50 200"] [--tools "gpg sq sqop rnp gosop gocrypto"]
          [--workers N] [--seconds S] [--runs N] [--big-runs N] [--messages N]
-         [--json FILE] [--keep]
+         [--compress none|zlib] [--json FILE] [--keep]
   --quick   rsa2048 and cv25519, 4k and 1m, levels 1 and 50, 10 runs per
             CLI tool, 1 s per measurement (about 2-3 minutes)
   full (no --quick): every key, size and level, 20 runs per CLI tool on 4k
@@ -84,7 +87,7 @@ def log(msg):
 def parse_args(argv):
     o = {"quick": False, "keys": None, "sizes": None, "levels": None, "tools": None,
          "workers": 2, "seconds": None, "runs": None, "big_runs": 3, "messages": None,
-         "json": None, "keep": False}
+         "json": None, "keep": False, "compress": "none"}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -104,6 +107,10 @@ def parse_args(argv):
             i += 1
         elif a == "--seconds":
             o["seconds"] = float(val())
+            i += 1
+        elif a == "--compress":
+            o["compress"] = val()
+            o["compress"] in ("none", "zlib") or die("--compress none|zlib")
             i += 1
         elif a == "--json":
             o["json"] = val()
@@ -202,7 +209,8 @@ class Bench:
                 self.msgs[k, s] = []
                 for i, p in enumerate(plains):
                     m = os.path.join(d, f"m{i}.pgp")
-                    self.gpg("--trust-model", "always", "-r", self.fpr[k], "-o", m, "-e", p)
+                    self.gpg("--trust-model", "always", "--compress-algo", self.o["compress"], "-r", self.fpr[k],
+                             "-o", m, "-e", p)
                     self.msgs[k, s].append(m)
         log("messages: " + ", ".join(f"{s} x{len(self.plain[s])}" for s in self.o["sizes"]) + " per key")
 
@@ -219,12 +227,11 @@ class Bench:
         die("openssl speed printed no X25519 line")
 
     # ---- pgpdecd ---------------------------------------------------------
-    def start_daemon(self):
+    def start_daemon(self, k):
         self.sock = os.path.join(self.work, "pgpdecd.sock")
         args = [self.pgpdecd, "--listen", f"unix:{self.sock}", "--workers", str(self.o["workers"]),
                 "--log-level", "warning", "--max-connections", "4096", "--queue-length", "4096"]
-        for k in self.o["keys"]:
-            args += ["--key", self.keyfile[k]]
+        args += ["--key", self.keyfile[k]]
         self.dlog = open(os.path.join(self.work, "pgpdecd.log"), "wb")
         self.daemon = subprocess.Popen(args, stdout=self.dlog, stderr=self.dlog, env=self.env)
         for _ in range(200):
@@ -386,21 +393,23 @@ class Bench:
             # the agent running and the key loaded, outside the timing
             self.gpg("-q", "-d", "-o", "/dev/null", self.msgs[o["keys"][0], o["sizes"][0]][0])
         self.raws = {}
-        self.start_daemon()
-        try:
-            for k in o["keys"]:
-                log(f"raw limit, {KEYS[k]}, {o['workers']} threads")
-                before = self.raw_limit(k)
-                for s in o["sizes"]:
+        for k in o["keys"]:
+            log(f"raw limit, {KEYS[k]}, {o['workers']} threads")
+            before = self.raw_limit(k)
+            for s in o["sizes"]:
+                # a fresh daemon per key and size: its peak RSS is this
+                # row's, not what an earlier row left in malloc's arenas
+                self.start_daemon(k)
+                try:
                     self.bench_pgpdecd(k, s, None)
-                after = self.raw_limit(k)
-                self.raws[k] = (before, after)
-                raw = (before + after) / 2
-                for r in self.rows:
-                    if r["key"] == k:
-                        r["raw"] = raw
-        finally:
-            self.stop_daemon()
+                finally:
+                    self.stop_daemon()
+            after = self.raw_limit(k)
+            self.raws[k] = (before, after)
+            raw = (before + after) / 2
+            for r in self.rows:
+                if r["key"] == k:
+                    r["raw"] = raw
         for k in o["keys"]:
             raw = sum(self.raws[k]) / 2
             for s in o["sizes"]:
@@ -422,7 +431,7 @@ class Bench:
         print(f"CPU: {cpu}, {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f} at the end; "
               f"{self.elapsed:.0f} s in all")
         print(f"pgpdecd: {o['workers']} workers on a Unix socket, default backends; messages by gpg "
-              f"({ver(['gpg', '--version'])}) with its defaults, ASCII text plaintext; MB = 10^6 bytes of plaintext")
+              f"({ver(['gpg', '--version'])}), SEIPD v1 AES-256, compression {o['compress']}, ASCII text plaintext; MB = 10^6 bytes of plaintext")
         print("Raw limits (ops/s, {} threads, before/after the pgpdecd rows): ".format(o["workers"]) +
               "; ".join(f"{KEYS[k]} {'pd-rsa-limit openssl' if k.startswith('rsa') else 'openssl speed ecdhx25519'} "
                         f"{b:.0f}/{a:.0f}" for k, (b, a) in self.raws.items()))
@@ -434,7 +443,7 @@ class Bench:
             rss = "" if r["rss_kb"] is None else f"{r['rss_kb'] / 1024:.1f}"
             print(f"| {KEYS[r['key']]} | {r['size']} | {r['tool']} | {r['n']} | {r['msgs_per_s']:.1f} | "
                   f"{r['mb_per_s']:.2f} | {r['p50']:.2f} | {r['p99']:.2f} | {rss} | "
-                  f"{r['msgs_per_s'] / r['raw']:.3f} |")
+                  f"{r['msgs_per_s'] / r['raw']:.3g} |")
 
 
 def main():
