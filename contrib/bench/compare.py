@@ -39,13 +39,15 @@ the other on this machine:
 
 Prints one Markdown table: messages/s, MB/s of plaintext (10^6 bytes), P50
 and P99 latency (ms), peak RSS (MiB) and the ratio of messages/s to the raw
-limit.  64 MiB messages: --big-runs processes per CLI tool and go-crypto,
+limit; with concurrency 50 among the levels, then the sizing table of
+contrib/haproxy/README.md (pgpdecd's messages/s per core).  64 MiB messages: --big-runs processes per CLI tool and go-crypto,
 and max(c, --big-runs) requests per pgpdecd row.
 
 Usage: contrib/bench/compare.sh [--quick] [--keys "rsa2048 rsa3072 rsa4096 cv25519"]
          [--sizes "4k 1m 64m"] [--levels "1 50 200"] [--tools "gpg sq sqop rnp gosop gocrypto"]
          [--workers N] [--seconds S] [--runs N] [--big-runs N] [--messages N]
          [--compress none|zlib] [--json FILE] [--keep]
+       contrib/bench/compare.sh --sizing-from FILE   (the sizing table again, from --json's FILE)
   --quick   rsa2048 and cv25519, 4k and 1m, levels 1 and 50, 10 runs per
             CLI tool, 1 s per measurement (about 2-3 minutes)
   full (no --quick): every key, size and level, 20 runs per CLI tool on 4k
@@ -423,6 +425,9 @@ class Bench:
         if o["json"]:
             with open(o["json"], "w") as f:
                 json.dump({"workers": o["workers"], "raw": self.raws, "rows": self.rows}, f, indent=1)
+        if 50 in o["levels"]:
+            print()
+            sizing(self.rows, o["workers"])
 
     def table(self):
         o = self.o
@@ -446,7 +451,24 @@ class Bench:
                   f"{r['msgs_per_s'] / r['raw']:.3g} |")
 
 
+def sizing(rows, workers):
+    """The capacity table of contrib/haproxy/README.md: pgpdecd's messages/s
+    at concurrency 50 divided by its workers (one per core here)."""
+    print(f"Sizing: pgpdecd messages/s per core = messages/s at concurrency 50 / {workers} workers")
+    print()
+    print("| key | size | msgs/s per core | MB/s per core |")
+    print("|---|---|---:|---:|")
+    for r in rows:
+        if r["tool"] == "pgpdecd, concurrency 50":
+            print(f"| {KEYS[r['key']]} | {r['size']} | {r['msgs_per_s'] / workers:.1f} | "
+                  f"{r['mb_per_s'] / workers:.1f} |")
+
+
 def main():
+    if sys.argv[1:2] == ["--sizing-from"] and len(sys.argv) == 3:
+        j = json.load(open(sys.argv[2]))
+        sizing(j["rows"], j["workers"])
+        return
     o = parse_args(sys.argv[1:])
     work = tempfile.mkdtemp(prefix="pgpdecd-compare.")
     b = Bench(o, work)
