@@ -17,8 +17,11 @@ the other on this machine:
   raw limit   RSA: contrib/bench pd-rsa-limit (the OpenSSL backend, with as
               many threads as pgpdecd has workers); cv25519: `openssl speed
               -seconds S -multi W ecdhx25519` (X25519 derives/s, W = workers).
-              Measured just before and just after the key's pgpdecd rows;
-              the mean of the two is the limit.
+              Measured just before and just after the key's pgpdecd rows,
+              and again just before each 4 KiB pgpdecd row: a 4 KiB row's
+              ratio is to that neighbour (on a shared machine the limit
+              drifts from minute to minute), every other row's to the mean
+              of the before and after figures.
   pgpdecd     the daemon (started here on a Unix socket, --workers W, its
               default backends, a fresh daemon with the one key for each key
               and size) driven by `pgpdecd-client bench` at each concurrency
@@ -49,7 +52,8 @@ Usage: contrib/bench/compare.sh [--quick] [--keys "rsa2048 rsa3072 rsa4096 cv255
          [--compress none|zlib] [--json FILE] [--keep]
        contrib/bench/compare.sh --sizing-from FILE   (the sizing table again, from --json's FILE)
   --quick   rsa2048 and cv25519, 4k and 1m, levels 1 and 50, 10 runs per
-            CLI tool, 1 s per measurement (about 2-3 minutes)
+            CLI tool, 1 s per measurement (about 1-3 minutes; 47 s on the
+            2-core VM under load)
   full (no --quick): every key, size and level, 20 runs per CLI tool on 4k
             and 1m, 3 on 64m, 3 s per measurement
 Needs a build in $BUILD (default build/), gpg, sq, sqop, rnp, gosop, openssl,
@@ -287,6 +291,7 @@ class Bench:
                 # --seconds of requests (at least 5 per connection)
                 cal = self.client_bench(c, max(2 * c, 20), msgs)
                 req = max(int(cal["msgs_per_s"] * self.o["seconds"]), 5 * c, 20)
+            near = self.raw_limit(k) if s == "4k" else None
             reset = self.daemon_hwm_reset()
             log(f"pgpdecd, {KEYS[k]}, {s}: pgpdecd-client bench --concurrency {c} --requests {req}")
             j = self.client_bench(c, req, msgs)
@@ -296,7 +301,8 @@ class Bench:
                               "n": j["requests"], "msgs_per_s": j["msgs_per_s"],
                               "mb_per_s": j["msgs_per_s"] * SIZES[s] / 1e6,
                               "p50": j["latency_ms"]["p50"], "p99": j["latency_ms"]["p99"],
-                              "rss_kb": self.daemon_hwm_kb(), "rss_reset": reset, "raw": raw})
+                              "rss_kb": self.daemon_hwm_kb(), "rss_reset": reset, "raw": raw,
+                              "raw_near": near})
 
     def client_bench(self, c, req, msgs):
         r = self.run([self.client, "--socket", self.sock, "--timeout", "600", "bench", "--concurrency", str(c),
@@ -411,7 +417,7 @@ class Bench:
             raw = (before + after) / 2
             for r in self.rows:
                 if r["key"] == k:
-                    r["raw"] = raw
+                    r["raw"] = r.get("raw_near") or raw
         for k in o["keys"]:
             raw = sum(self.raws[k]) / 2
             for s in o["sizes"]:
@@ -440,6 +446,10 @@ class Bench:
         print("Raw limits (ops/s, {} threads, before/after the pgpdecd rows): ".format(o["workers"]) +
               "; ".join(f"{KEYS[k]} {'pd-rsa-limit openssl' if k.startswith('rsa') else 'openssl speed ecdhx25519'} "
                         f"{b:.0f}/{a:.0f}" for k, (b, a) in self.raws.items()))
+        near = [f"{KEYS[r['key']]} {r['tool'].split()[-1]}: {r['raw_near']:.0f}" for r in self.rows if r.get("raw_near")]
+        if near:
+            print("Raw limit just before each 4k pgpdecd row (its ratio is to that figure; every other row's is "
+                  "to the mean of before/after): " + "; ".join(near))
         print()
         print("| key | size | decryptor | msgs | msgs/s | MB/s | P50 ms | P99 ms | peak RSS MiB | of raw limit |")
         print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -10,10 +10,13 @@
 // (whichever comes later, at least one message per file), reading every
 // plaintext to its end so that the MDC is checked.  Prints one JSON object:
 // messages, elapsed_s, msgs_per_s, mb_per_s (10^6 bytes of plaintext),
-// latency_ms {p50, p99, max} and max_rss_kb (getrusage).
+// latency_ms {p50, p99, max} and max_rss_kb (VmHWM of /proc/self/status:
+// getrusage's ru_maxrss would carry over the RSS of the process that forked
+// and exec'd this one).
 //
 // Built offline in GOPATH mode by compare.sh:
-//   GOPATH=$WORK/gopath:/usr/share/gocode GO111MODULE=off go build
+//
+//	GOPATH=$WORK/gopath:/usr/share/gocode GO111MODULE=off go build
 package main
 
 import (
@@ -24,9 +27,10 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
@@ -45,6 +49,23 @@ func decrypt(keys openpgp.EntityList, msg []byte) (int64, error) {
 		return n, fmt.Errorf("not encrypted")
 	}
 	return n, nil
+}
+
+// peak RSS of this process image, in KiB
+func vmHWM() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmHWM:" {
+			n, err := strconv.ParseInt(f[1], 10, 64)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
 
 func main() {
@@ -134,8 +155,6 @@ func main() {
 		}
 		return all[i]
 	}
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	out := map[string]interface{}{
 		"messages":   len(all),
 		"failed":     failed,
@@ -144,7 +163,7 @@ func main() {
 		"msgs_per_s": float64(len(all)) / el,
 		"mb_per_s":   float64(bytesOut) / 1e6 / el,
 		"latency_ms": map[string]float64{"p50": pct(0.50), "p99": pct(0.99), "max": all[len(all)-1]},
-		"max_rss_kb": ru.Maxrss,
+		"max_rss_kb": vmHWM(),
 	}
 	json.NewEncoder(os.Stdout).Encode(out)
 	if failed > 0 {
