@@ -249,15 +249,18 @@ class Bench:
             time.sleep(0.05)
         die("pgpdecd did not come up: " + open(self.dlog.name).read()[-2000:])
 
-    def stop_daemon(self):
-        if self.daemon and self.daemon.poll() is None:
-            self.daemon.terminate()
+    def stop_daemon(self, check=False):
+        d, self.daemon = self.daemon, None
+        if d and d.poll() is None:
+            d.terminate()
             try:
-                self.daemon.wait(30)
+                d.wait(30)
             except subprocess.TimeoutExpired:
-                self.daemon.kill()
-                self.daemon.wait()
-        self.daemon = None
+                d.kill()
+                d.wait()
+        if check and d and d.returncode != 0:
+            # a crash, or a sanitizer's report at exit
+            die(f"pgpdecd exited {d.returncode}: " + open(self.dlog.name, errors="replace").read()[-3000:])
 
     def daemon_hwm_reset(self):
         try:
@@ -410,6 +413,7 @@ class Bench:
                 self.start_daemon(k)
                 try:
                     self.bench_pgpdecd(k, s, None)
+                    self.stop_daemon(check=True)
                 finally:
                     self.stop_daemon()
             after = self.raw_limit(k)
