@@ -122,7 +122,7 @@ def parse_args(argv):
             o["json"] = val()
             i += 1
         elif a in ("-h", "--help"):
-            print(__doc__.split("\n", 1)[1])
+            print(__doc__)
             sys.exit(0)
         else:
             print(f"compare.sh: unknown option {a} (--help)", file=sys.stderr)
