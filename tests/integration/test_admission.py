@@ -190,21 +190,31 @@ def decrypt_with_password_start(c, data, password):
 
 def test_shutdown_does_not_wait_for_a_whole_message(world, tmp_path):
     """SIGTERM while a message's six Argon2 derivations (256 MiB, 3 passes:
-    about 0.9 s each) run, with a 200 ms drain-timeout: the daemon is gone
-    after the one derivation it was in (before: after all six)."""
+    about 0.9 s each on a quiet machine) run, with a 200 ms drain-timeout:
+    the daemon is gone after the one derivation it was in (before: after
+    all six).  The bound is in derivations, not seconds: one derivation is
+    timed first on the same daemon (a loaded machine slows both alike)."""
     import signal
     d = Daemon(world, tmp_path, "--drain-timeout", "200ms", "--max-kdf-work", "2400M", "--max-skesk-trials", "6")
     body = pgp.seipd_v1(os.urandom(32), pgp.literal(b"never read\n"))
-    msg = b"".join(skesk_v4(s2k_argon2(3, 1, 18, salt=bytes([i]) * 16)) for i in range(6)) + body
     c = d.client()
+    one = skesk_v4(s2k_argon2(3, 1, 18, salt=b"\x77" * 16)) + body
+    t1 = time.monotonic()
+    rid = decrypt_with_password(c, one, "wrong")
+    ftype, fid, p = c.recv_frame()
+    t1 = time.monotonic() - t1
+    assert (ftype, fid) == (pdwire.RESULT, rid) and pdwire.parse_result(p)["name"] != "OK", (ftype, p)
+    msg = b"".join(skesk_v4(s2k_argon2(3, 1, 18, salt=bytes([i]) * 16)) for i in range(6)) + body
     decrypt_with_password(c, msg, "wrong")
     time.sleep(0.3)  # in the first derivation
     t0 = time.monotonic()
     d.proc.send_signal(signal.SIGTERM)
     assert d.proc.wait(30) == 0, d.logtext()
     took = time.monotonic() - t0
-    print(f"\nexit {took:.2f} s after SIGTERM (the six derivations take about 5 s)")
-    assert took < 2.5, took
+    print(f"\nexit {took:.2f} s after SIGTERM; one derivation took {t1:.2f} s (all six: about {6 * t1:.1f} s)")
+    # in the first derivation when SIGTERM came, so at most the rest of it
+    # and the drain; waiting for all six would be more than 5 of them
+    assert took < 3 * t1, (took, t1)
     d.check_sanitizers()
 
 
