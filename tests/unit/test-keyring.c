@@ -364,6 +364,42 @@ static void test_merge(void **state)
 	pd_keyring_free(seq);
 }
 
+/* Where the body of the first subkey packet (tag 7) of a key file starts. */
+static size_t subkey_body(const uint8_t *buf, size_t len)
+{
+	size_t off = 0;
+	while (off + 2 <= len) {
+		uint8_t ctb = buf[off], tag = ctb & 0x40 ? ctb & 0x3F : (ctb >> 2) & 15;
+		size_t hl, bl;
+		if (ctb & 0x40) {
+			uint8_t o = buf[off + 1];
+			hl = o < 192 ? 2 : o < 224 ? 3 : 6;
+			bl = o < 192 ? o : o < 224 ? ((size_t)(o - 192) << 8) + buf[off + 2] + 192
+			                           : (size_t)buf[off + 2] << 24 | buf[off + 3] << 16 | buf[off + 4] << 8 | buf[off + 5];
+		} else {
+			hl = 1 + ((size_t)1 << (ctb & 3));
+			bl = 0;
+			for (size_t i = 1; i < hl; i++)
+				bl = bl << 8 | buf[off + i];
+		}
+		if (tag == 7)
+			return off + hl;
+		off += hl + bl;
+	}
+	fail_msg("no subkey packet");
+	return 0;
+}
+
+/* A new creation time (after the version octet): a new fingerprint, the
+ * same secret. */
+static void set_created(uint8_t *buf, size_t sub, uint32_t t)
+{
+	buf[sub + 1] = (uint8_t)(t >> 24);
+	buf[sub + 2] = (uint8_t)(t >> 16);
+	buf[sub + 3] = (uint8_t)(t >> 8);
+	buf[sub + 4] = (uint8_t)t;
+}
+
 /* Thousands of keys: the duplicate check goes through the key-ID index
  * (it was a scan of the ring, N^2/2 fingerprint comparisons for N keys),
  * and the ring holds more than the 4096 keys it used to cap at.  The keys
@@ -379,36 +415,11 @@ static void test_many(void **state)
 	const size_t n = 6000;
 
 	/* cv25519.gpg: the Ed25519 primary key packet, a user ID, its
-	 * self-signature, then the cv25519 subkey (tag 7) with its binding:
-	 * find the subkey packet and its creation time (after the version). */
-	size_t off = 0, sub = 0;
-	while (off + 2 <= len) {
-		uint8_t ctb = buf[off], tag = ctb & 0x40 ? ctb & 0x3F : (ctb >> 2) & 15;
-		size_t hl, bl;
-		if (ctb & 0x40) {
-			uint8_t o = buf[off + 1];
-			hl = o < 192 ? 2 : 3;
-			bl = o < 192 ? o : ((size_t)(o - 192) << 8) + buf[off + 2] + 192;
-		} else {
-			hl = 1 + ((size_t)1 << (ctb & 3));
-			bl = 0;
-			for (size_t i = 1; i < hl; i++)
-				bl = bl << 8 | buf[off + i];
-		}
-		if (tag == 7) {
-			sub = off + hl;
-			break;
-		}
-		off += hl + bl;
-	}
-	assert_true(sub > 0);
+	 * self-signature, then the cv25519 subkey with its binding. */
+	size_t sub = subkey_body(buf, len);
 	assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
 	for (size_t i = 0; i < n; i++) {
-		uint32_t t = 1262304000u + (uint32_t)i * 3600u;
-		buf[sub + 1] = (uint8_t)(t >> 24);
-		buf[sub + 2] = (uint8_t)(t >> 16);
-		buf[sub + 3] = (uint8_t)(t >> 8);
-		buf[sub + 4] = (uint8_t)t;
+		set_created(buf, sub, 1262304000u + (uint32_t)i * 3600u);
 		int r = pd_keyring_add(kr, buf, len, NULL, 0, detail, sizeof(detail));
 		if (r != 1)
 			fail_msg("key %zu: %d (%s)", i, r, detail);
@@ -416,11 +427,7 @@ static void test_many(void **state)
 	assert_int_equal(pd_keyring_count(kr), n);
 	/* the same again: all duplicates, found through the index */
 	for (size_t i = 0; i < n; i += 97) {
-		uint32_t t = 1262304000u + (uint32_t)i * 3600u;
-		buf[sub + 1] = (uint8_t)(t >> 24);
-		buf[sub + 2] = (uint8_t)(t >> 16);
-		buf[sub + 3] = (uint8_t)(t >> 8);
-		buf[sub + 4] = (uint8_t)t;
+		set_created(buf, sub, 1262304000u + (uint32_t)i * 3600u);
 		assert_int_equal(pd_keyring_add(kr, buf, len, NULL, 0, detail, sizeof(detail)), 0);
 	}
 	assert_int_equal(pd_keyring_count(kr), n);
@@ -466,36 +473,12 @@ static unsigned secmem_blocks(void)
  * one hour apart, added to kr. */
 static void add_copies(struct pd_keyring *kr, const char *file, size_t n)
 {
-	size_t len, off = 0, sub = 0;
+	size_t len;
 	uint8_t *buf = load(file, &len);
+	size_t sub = subkey_body(buf, len);
 	char detail[256];
-	while (off + 2 <= len) {
-		uint8_t ctb = buf[off], tag = ctb & 0x40 ? ctb & 0x3F : (ctb >> 2) & 15;
-		size_t hl, bl;
-		if (ctb & 0x40) {
-			uint8_t o = buf[off + 1];
-			hl = o < 192 ? 2 : o < 224 ? 3 : 6;
-			bl = o < 192 ? o : o < 224 ? ((size_t)(o - 192) << 8) + buf[off + 2] + 192
-			                           : (size_t)buf[off + 2] << 24 | buf[off + 3] << 16 | buf[off + 4] << 8 | buf[off + 5];
-		} else {
-			hl = 1 + ((size_t)1 << (ctb & 3));
-			bl = 0;
-			for (size_t i = 1; i < hl; i++)
-				bl = bl << 8 | buf[off + i];
-		}
-		if (tag == 7) {
-			sub = off + hl;
-			break;
-		}
-		off += hl + bl;
-	}
-	assert_true(sub > 0);
 	for (size_t i = 0; i < n; i++) {
-		uint32_t t = 1262304000u + (uint32_t)i * 3600u;
-		buf[sub + 1] = (uint8_t)(t >> 24);
-		buf[sub + 2] = (uint8_t)(t >> 16);
-		buf[sub + 3] = (uint8_t)(t >> 8);
-		buf[sub + 4] = (uint8_t)t;
+		set_created(buf, sub, 1262304000u + (uint32_t)i * 3600u);
 		int r = pd_keyring_add(kr, buf, len, NULL, 0, detail, sizeof(detail));
 		if (r != 1)
 			fail_msg("%s copy %zu: %d (%s)", file, i, r, detail);
