@@ -343,14 +343,20 @@ int main(int argc, char **argv)
 	r = pd_lib_init(secmem);
 	if (r < 0) {
 		struct rlimit rl;
-		if (r == -ENOMEM && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-		    rl.rlim_cur < secmem)
-			pd_log_err("SYS", "cannot lock %zu KiB of secure memory (secmem-size%s): the locked-memory limit "
-			           "is %llu KiB; raise it (ulimit -l, LimitMEMLOCK=) or lower secmem-size",
-			           secmem >> 10, pd_d.cfg->secmem_size ? "" : ", sized from the key files",
+		const size_t need = pd_lib_locked_bytes(secmem);
+		if (r == -E2BIG)
+			pd_log_err("SYS", "secmem-size %zuM%s is more than the %zuM libgcrypt can take", secmem >> 20,
+			           pd_d.cfg->secmem_size ? "" : " (sized from the key files)", PD_SECMEM_MAX >> 20);
+		else if (r == -ENOMEM && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+		         rl.rlim_cur < need)
+			pd_log_err("SYS", "cannot lock %zu KiB of secure memory (secmem-size %zu KiB%s, once for "
+			           "libgcrypt and once rounded up to a power of two for OpenSSL): the locked-memory "
+			           "limit is %llu KiB; raise it (ulimit -l, LimitMEMLOCK=) or lower secmem-size",
+			           need >> 10, secmem >> 10, pd_d.cfg->secmem_size ? "" : ", sized from the key files",
 			           (unsigned long long)rl.rlim_cur >> 10);
 		else
 			pd_log_err("SYS", "crypto library initialisation failed: %s", pd_strerror(r));
+		pd_config_free(pd_d.cfg);
 		return 1;
 	}
 	if (!pd_d.cfg->secmem_size)

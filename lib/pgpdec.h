@@ -61,8 +61,17 @@ PD_API const char *pd_errname(int err);
 /* Process-wide setup */
 
 /** Initialise libgcrypt (secure memory of secmem_bytes, 0 = default 1 MiB)
- * and OpenSSL's secure heap.  Call once from main() before any thread. */
+ * and OpenSSL's secure heap (secmem_bytes rounded up to a power of two),
+ * both locked.  Call once from main() before any thread.  -ENOMEM when
+ * either cannot be locked (see pd_lib_locked_bytes), -E2BIG past
+ * PD_SECMEM_MAX. */
 PD_API int pd_lib_init(size_t secmem_bytes);
+/** The most secure memory pd_lib_init takes (libgcrypt's size argument is
+ * an unsigned int). */
+#define PD_SECMEM_MAX ((size_t)1 << 30)
+/** The bytes pd_lib_init(secmem_bytes) locks in all: libgcrypt's pool and
+ * OpenSSL's heap (what RLIMIT_MEMLOCK must allow). */
+PD_API size_t pd_lib_locked_bytes(size_t secmem_bytes);
 /** Release what pd_lib_init() set up (wipes secure memory). */
 PD_API void pd_lib_deinit(void);
 /** OpenSSL's secure heap (the RSA and ECDH keys of the OpenSSL backends and the state

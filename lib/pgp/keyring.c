@@ -16,6 +16,8 @@
  * nothing: keys are collected in a batch and appended only when the whole
  * input parsed and unlocked.
  */
+#include <pthread.h>
+
 #include <gcrypt.h>
 #include <openssl/crypto.h>
 
@@ -611,7 +613,17 @@ static int unprotect(struct ctx *c, const struct pd_key *k, uint8_t tag, uint8_t
 
 	if (!kek)
 		return -ENOMEM;
-	r = pd_s2k_derive(s2k, c->pass, c->passlen, kek, keylen, &lim);
+	if (s2k->type == 4) {
+		/* Argon2 (up to 2 GiB each, in the normal heap): one key file's
+		 * derivation at a time in the whole process, however many
+		 * threads load keys (daemon/keys.c loads files in parallel). */
+		static pthread_mutex_t argon2_one = PTHREAD_MUTEX_INITIALIZER;
+		pthread_mutex_lock(&argon2_one);
+		r = pd_s2k_derive(s2k, c->pass, c->passlen, kek, keylen, &lim);
+		pthread_mutex_unlock(&argon2_one);
+	} else {
+		r = pd_s2k_derive(s2k, c->pass, c->passlen, kek, keylen, &lim);
+	}
 	if (r)
 		goto out;
 	if (usage == 253) {

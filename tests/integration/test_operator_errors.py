@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import sanitized_build
+
 SRC = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("PD_BUILD_DIR", SRC / "build")).resolve()
 DAEMON = BUILD / "daemon" / "pgpdecd"
@@ -542,3 +544,45 @@ def test_client_help():
 def test_daemon_help_names_statuses():
     text = run([DAEMON, "--help"])[2].decode()
     assert "RETRY" not in text and "more get OVERLOADED" in text, text
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv") or not shutil.which("prlimit"),
+                    reason="needs root to run the daemon as nobody with a given RLIMIT_MEMLOCK")
+@pytest.mark.skipif(sanitized_build(), reason="the sanitizers' mlock does nothing and always succeeds")
+def test_secure_memory_must_be_locked_for_both_libraries():
+    """secmem-size 2M locks 2M for libgcrypt and 2M for OpenSSL's secure
+    heap (the secrets of the OpenSSL backends): with a 3M limit libgcrypt's
+    pool locks and OpenSSL's does not.  Before, the daemon started with
+    OpenSSL's heap unlocked and said nothing; now it refuses, naming both
+    and what to raise.  With 5M it starts."""
+    with tempfile.TemporaryDirectory(prefix="pd-memlock-") as d:
+        os.chmod(d, 0o777)
+        kd = Path(d) / "keys"
+        kd.mkdir()
+        shutil.copy(KEY, kd / "k.gpg")
+        os.chmod(kd, 0o755)
+        os.chmod(kd / "k.gpg", 0o644)
+
+        def start(limit_mib, name):
+            return subprocess.Popen(["prlimit", f"--memlock={limit_mib << 20}", "setpriv", "--reuid=65534",
+                                     "--regid=65534", "--clear-groups", str(DAEMON), "--keydir", str(kd),
+                                     "--listen", f"unix:{d}/{name}.sock", "--secmem-size", "2M"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_without_socket())
+
+        p = start(3, "low")
+        out, err = p.communicate(timeout=60)
+        err = err.decode(errors="replace")
+        assert p.returncode == 1, err
+        assert ("cannot lock 4096 KiB of secure memory (secmem-size 2048 KiB, once for libgcrypt and once "
+                "rounded up to a power of two for OpenSSL): the locked-memory limit is 3072 KiB") in err, err
+        p = start(5, "ok")
+        try:
+            deadline = time.time() + 60
+            while not os.path.exists(f"{d}/ok.sock"):
+                assert p.poll() is None and time.time() < deadline, p.stderr.read().decode(errors="replace")
+                time.sleep(0.05)
+            rc, cerr, out = client("--socket", f"{d}/ok.sock", "--no-retry", "ping")
+            assert rc == 0, cerr
+        finally:
+            p.terminate()
+            p.wait(30)
