@@ -570,7 +570,12 @@ def test_secure_memory_must_be_locked_for_both_libraries():
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_without_socket())
 
         p = start(3, "low")
-        out, err = p.communicate(timeout=60)
+        try:
+            out, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:  # it started after all: stop it
+                p.kill()
+                p.communicate()
         err = err.decode(errors="replace")
         assert p.returncode == 1, err
         assert ("cannot lock 4096 KiB of secure memory (secmem-size 2048 KiB, once for libgcrypt and once "
