@@ -372,6 +372,7 @@ struct job {
 	char detail[512];          /* J_FAIL: the whole sentence; J_ADD: the ring's detail */
 	struct skiprec *skips;
 	size_t nskips;
+	bool skip_lost;            /* a skip could not be recorded (ENOMEM): the load fails */
 };
 
 static void job_clear(struct job *j)
@@ -392,15 +393,18 @@ static void on_skip(void *ctx, const struct pd_keyskip *s)
 {
 	struct job *j = ctx;
 	struct skiprec *nv = realloc(j->skips, (j->nskips + 1) * sizeof(*nv));
-	if (!nv)
+	if (!nv) {
+		j->skip_lost = true; /* strict-keys must not pass on a skip it never saw */
 		return;
+	}
 	j->skips = nv;
 	nv[j->nskips] = (struct skiprec){ s->kind, strdup(s->name), strdup(s->reason) };
-	if (nv[j->nskips].name && nv[j->nskips].reason)
+	if (nv[j->nskips].name && nv[j->nskips].reason) {
 		j->nskips++;
-	else {
+	} else {
 		free(nv[j->nskips].name);
 		free(nv[j->nskips].reason);
+		j->skip_lost = true;
 	}
 }
 
@@ -561,6 +565,8 @@ static int finish_file(struct load *L, struct job *j)
 		return fail(L, -ENOMEM, "out of memory");
 	if (j->stage == J_FAIL)
 		return fail(L, r, "%s", j->detail);
+	if (j->skip_lost)
+		return fail_nomem(L, path);
 	for (size_t i = 0; i < j->nskips; i++) {
 		const struct skiprec *s = &j->skips[i];
 		if (s->kind == PD_KEYSKIP_UNSUPPORTED || s->kind == PD_KEYSKIP_MALFORMED) {
