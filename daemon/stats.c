@@ -132,7 +132,7 @@ char *pd_stats_render(size_t *ret_len)
 	        "# TYPE pgpdecd_split_failures_total counter\npgpdecd_split_failures_total %lu\n", pd_split_failures());
 	size_t heap_size, heap_used;
 	pd_secure_heap(&heap_size, &heap_used);
-	put(&b, "# HELP pgpdecd_secure_heap_bytes Size of the locked heap for RSA keys and split operations (secmem-size, rounded up to a power of two).\n"
+	put(&b, "# HELP pgpdecd_secure_heap_bytes Size of OpenSSL's locked heap for the OpenSSL backends' RSA and ECDH keys, the keys' implicit-rejection secrets and split operations (secmem-size, rounded up to a power of two).\n"
 	        "# TYPE pgpdecd_secure_heap_bytes gauge\npgpdecd_secure_heap_bytes %zu\n", heap_size);
 	put(&b, "# HELP pgpdecd_secure_heap_used_bytes Bytes of it in use.\n"
 	        "# TYPE pgpdecd_secure_heap_used_bytes gauge\npgpdecd_secure_heap_used_bytes %zu\n", heap_used);

@@ -39,7 +39,7 @@ struct pd_key {
 	gcry_mpi_t x;             /* ElGamal x; NIST/brainpool ECDH scalar */
 	uint8_t *native_sk;       /* cv25519/X25519/X448 scalar, native little-endian */
 	size_t native_sk_len;
-	uint8_t *ir_secret;       /* 32 random octets: key for implicit-rejection session keys */
+	uint8_t *ir_secret;       /* 32 random octets, in OpenSSL's secure heap: key for implicit-rejection session keys */
 
 	/* RSA backend state (pgp/rsa.c) */
 	enum pd_rsa_backend rsa_backend;

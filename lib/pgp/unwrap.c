@@ -20,7 +20,9 @@
  * SEIPD integrity check, like every other wrong key.
  *
  * Every intermediate secret (EM, shared secret, KDF input, KEK, unwrapped
- * key) lives in libgcrypt secure memory and is wiped before it is freed.
+ * key) lives in libgcrypt secure memory and is wiped before it is freed;
+ * the keys' own secrets are with their backends (pgp/rsa.h, pgp/ecdh.h:
+ * OpenSSL's secure heap by default) and ir_secret in OpenSSL's.
  */
 #include <gcrypt.h>
 
