@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* Bounded FIFO pthread pool with uv_async completions (see pool.h). */
+/* Bounded FIFO pthread pool with eventfd completions (see pool.h). */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,7 +20,9 @@ struct fifo {
 
 struct pd_pool {
 	uv_loop_t *loop;
-	uv_async_t async;
+	uv_poll_t poll;         /* on efd: completions are waiting */
+	int efd;                /* written by a worker only when wake is false */
+	bool wake;              /* efd written, the loop has not yet found done empty (lock) */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct fifo queue;      /* waiting jobs (lock) */
@@ -53,6 +56,15 @@ static inline void spin_pause(void)
 #elif defined(__aarch64__)
 	__asm__ __volatile__("yield");
 #endif
+}
+
+/* Worker thread: the loop has completions to run. */
+static void wake_loop(struct pd_pool *p)
+{
+	uint64_t one = 1;
+	while (write(p->efd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+	/* EAGAIN would need 2^64 - 1 unread writes; wake is set until read. */
 }
 
 struct thread_arg {
@@ -122,9 +134,17 @@ static void *worker_main(void *arg)
 		pthread_mutex_lock(&p->lock);
 		atomic_fetch_sub(&p->n_running, 1);
 		fifo_push(&p->done, j);
-		/* uv_async_send is thread-safe; sending under the lock keeps the
-		 * async handle alive (pd_pool_stop takes the lock before closing). */
-		uv_async_send(&p->async);
+		/* One write per batch: the loop drains until it finds done empty
+		 * and only then clears wake, so a job finishing meanwhile needs no
+		 * second wake-up.  Outside the lock, so that the loop never waits
+		 * on it for a system call (pd_pool_stop joins every worker before
+		 * it closes efd). */
+		bool first = !p->wake;
+		p->wake = true;
+		pthread_mutex_unlock(&p->lock);
+		if (first)
+			wake_loop(p);
+		pthread_mutex_lock(&p->lock);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return NULL;
@@ -200,13 +220,17 @@ static void helper_finish(void *ctx, struct pd_task *t)
 }
 
 /* Loop thread: run done callbacks until the list stays empty; a done
- * callback may submit the next job, whose completion can race this drain. */
+ * callback may submit the next job, whose completion can race this drain.
+ * wake is cleared only when done is found empty, under the lock: a job
+ * pushed after that writes efd again, one pushed before is in a batch. */
 static void drain(struct pd_pool *p)
 {
 	for (;;) {
 		pthread_mutex_lock(&p->lock);
 		struct fifo batch = p->done;
 		p->done.head = p->done.tail = NULL;
+		if (!batch.head)
+			p->wake = false;
 		pthread_mutex_unlock(&p->lock);
 		if (!batch.head)
 			return;
@@ -216,7 +240,17 @@ static void drain(struct pd_pool *p)
 	}
 }
 
-static void on_async(uv_async_t *h) { drain(h->data); }
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+	struct pd_pool *p = h->data;
+	uint64_t n;
+	(void)status;
+	(void)events;
+	/* Read before draining: a write after this read wakes us again. */
+	while (read(p->efd, &n, sizeof(n)) < 0 && errno == EINTR)
+		;
+	drain(p);
+}
 
 static unsigned ncpus(void)
 {
@@ -236,6 +270,8 @@ static void free_pool(struct pd_pool *p)
 	pthread_mutex_destroy(&p->lock);
 	pthread_cond_destroy(&p->cond);
 	pthread_cond_destroy(&p->help_done);
+	if (p->efd >= 0)
+		close(p->efd);
 	free(p);
 }
 
@@ -252,6 +288,7 @@ int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsign
 	if (nthreads > PD_MAX_WORKERS)
 		nthreads = PD_MAX_WORKERS;
 	p->loop = loop;
+	p->efd = -1;
 	p->queue_max = queue_max;
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cond, NULL);
@@ -273,12 +310,23 @@ int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsign
 		if (nthreads > 1)
 			pd_worker_set_helper(p->workers[i], &p->helper);
 	}
-	r = uv_async_init(loop, &p->async, on_async);
+	p->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (p->efd < 0) {
+		r = -errno;
+		free_pool(p);
+		return r;
+	}
+	r = uv_poll_init(loop, &p->poll, p->efd);
 	if (r < 0) {
 		free_pool(p);
 		return r;
 	}
-	p->async.data = p;
+	p->poll.data = p;
+	r = uv_poll_start(&p->poll, UV_READABLE, on_poll);
+	if (r < 0) {
+		uv_close((uv_handle_t *)&p->poll, NULL); /* as below: the process exits */
+		return r;
+	}
 	/* Workers never take signals: they belong to the loop's uv_signal. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -300,7 +348,7 @@ int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsign
 			for (unsigned k = 0; k < i; k++)
 				pthread_join(p->threads[k], NULL);
 			p->n_threads = nthreads; /* free every pd_worker */
-			uv_close((uv_handle_t *)&p->async, NULL);
+			uv_close((uv_handle_t *)&p->poll, NULL);
 			/* The handle memory must outlive the close callback: leak-free
 			 * only if the loop runs; at start-up failure the process exits. */
 			return -r;
@@ -323,9 +371,13 @@ int pd_pool_submit(struct pd_pool *p, struct pd_job *j)
 	else {
 		fifo_push(&p->queue, j);
 		p->n_queued++;
-		pthread_cond_signal(&p->cond);
 	}
+	bool idle = r == 0 && p->n_idle > 0;
 	pthread_mutex_unlock(&p->lock);
+	/* After the unlock, so that the worker woken does not at once wait for
+	 * the lock we hold (the pool outlives every submit). */
+	if (idle)
+		pthread_cond_signal(&p->cond);
 	return r;
 }
 
@@ -361,5 +413,5 @@ void pd_pool_stop(struct pd_pool *p)
 	}
 	p->n_queued = 0;
 	drain(p);
-	uv_close((uv_handle_t *)&p->async, on_close);
+	uv_close((uv_handle_t *)&p->poll, on_close);
 }

@@ -6,7 +6,10 @@
  * (pre-opened cipher and hash handles) and hands it to the job it runs.
  *
  * Jobs wait in one FIFO with a hard limit; completions come back to the loop
- * thread through uv_async_send and are drained in a loop (sends coalesce).
+ * thread through an eventfd (a uv_poll), written only when the loop is not
+ * already woken, and are drained in a loop until none is left.  (Not
+ * uv_async: its loop side spins while the sender is inside its write, which
+ * on a virtual machine cost a sched_yield per 128 KiB of a large message.)
  *
  * Each worker also gets the pool's pd_helper: a worker in the middle of a
  * large RSA operation may hand one CRT half to a worker that would
@@ -45,6 +48,6 @@ unsigned long long pd_pool_helped(const struct pd_pool *p);
 /** Number of worker threads. */
 unsigned pd_pool_threads(const struct pd_pool *p);
 /** Stop: workers finish the job they run and exit (joined here, blocking),
- * queued jobs complete as cancelled, then the async handle closes and the
+ * queued jobs complete as cancelled, then the poll handle closes and the
  * pool is freed.  Loop thread only. */
 void pd_pool_stop(struct pd_pool *p);
