@@ -670,7 +670,13 @@ void pd_request_kick(struct pd_request *r)
 	size_t n = r->in_cap - pd_buf_len(&r->jin);
 	if (n > pd_buf_len(&r->lin))
 		n = pd_buf_len(&r->lin);
-	if (n) {
+	if (n && !pd_buf_len(&r->jin) && n == pd_buf_len(&r->lin)) {
+		/* The job took all it had and lin fits: the buffers change
+		 * places (both in_cap; what either held before is overwritten
+		 * or wiped later, as after a consume). */
+		pd_buf_swap(&r->lin, &r->jin);
+		wake(r);
+	} else if (n) {
 		if (pd_buf_tail_room(&r->jin) < n)
 			pd_buf_compact(&r->jin);
 		pd_buf_put(&r->jin, pd_buf_data(&r->lin), n);

@@ -100,6 +100,14 @@ static inline void pd_buf_put(struct pd_buf *b, const void *p, size_t n)
 	pd_buf_commit(b, n);
 }
 
+/** Exchange two buffers of one owner (a hand-off without a copy). */
+static inline void pd_buf_swap(struct pd_buf *a, struct pd_buf *b)
+{
+	struct pd_buf t = *a;
+	*a = *b;
+	*b = t;
+}
+
 /** Move to storage of want octets (doubling from cap, at most max); the old
  * storage is wiped.  false when it stays as it is (no memory, or at max). */
 static inline bool pd_buf_grow(struct pd_buf *b, size_t want, size_t max)

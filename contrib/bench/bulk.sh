@@ -19,6 +19,14 @@
 # the CPU time the daemon used per second of wall time (its cores busy),
 # against the engine's one-thread rate times the workers.
 #
+# The socket column is what a Unix socket pair alone carries in that round
+# (contrib/bench/sockpair.py: one process writing SIZE MiB, another reading
+# it), the kernel's share of the path.  Last, where the CPU went per message
+# over the Unix socket: the daemon's loop thread, its workers and the
+# client (its SHA-256 of the plaintext included); the three share the
+# machine's cores, so on a 2-core machine their sum over 2 is the shortest
+# a message can take, whatever the daemon does with its own share.
+#
 # The CPU columns divide plaintext by CPU time instead of wall time: the
 # engine's (pd-decrypt's own CPU time) and the whole daemon's (all its
 # threads, from /proc); on a machine shared with other work they are the
@@ -53,7 +61,7 @@ while [ $# -gt 0 ]; do
 	--parallel) PARALLEL=$2; shift ;;
 	--workers) WORKERS=$2; shift ;;
 	--keep) KEEP=1 ;;
-	-h|--help) sed -n '3,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '3,43p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "bulk.sh: unknown option $1 (--help)" >&2; exit 64 ;;
 	esac
 	shift
@@ -150,7 +158,21 @@ daemon_cpu() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/
 bench() {
 	eval "opts=\$$1"
 	# shellcheck disable=SC2086
-	"$CLIENT" $opts --timeout 120 bench --concurrency "$2" --requests "$3" --json "$WORK/msg.pgp"
+	# the client's CPU seconds go to $WORK/client.cpu
+	$PY -c 'import resource, subprocess, sys
+p = subprocess.run(sys.argv[2:], stdout=subprocess.PIPE, text=True)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1], "w").write(f"{r.ru_utime + r.ru_stime}\n")
+sys.stdout.write(p.stdout)
+sys.exit(p.returncode)' "$WORK/client.cpu" "$CLIENT" $opts --timeout 120 bench --concurrency "$2" --requests "$3" --json "$WORK/msg.pgp"
+}
+# CPU seconds (user + system) of the daemon's threads so far: "loop workers"
+# (the loop is the main thread, the workers the pool's; the reload and key
+# threads are not running during a round).
+thread_cpu() {
+	awk -v hz="$(getconf CLK_TCK)" -v main="$DPID" '
+		FNR == 1 { split(FILENAME, f, "/"); t = ($14 + $15) / hz; if (f[5] == main) l += t; else w += t }
+		END { print l, w }' /proc/"$DPID"/task/*/stat
 }
 field() { $PY -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 
@@ -161,22 +183,27 @@ log "engine warm-up: $ENG0 MB/s; $REQ requests per daemon round"
 
 # ---- interleaved rounds ---------------------------------------------------
 : >"$WORK/rounds"
+: >"$WORK/split"
 r=1
 while [ $r -le "$ROUNDS" ]; do
 	"$PD" --key "$WORK/key.pgp" --bench --bench-seconds "$SECS" "$WORK/msg.pgp" >"$WORK/eng.out"
 	eng=$(awk '/^bench: [0-9.]+ MB\/s plaintext/{print $2}' "$WORK/eng.out")
 	engcpu=$(awk '/^bench: CPU time/{print $4}' "$WORK/eng.out")
+	sock=$($PY "$SRC/contrib/bench/sockpair.py" "$SIZE")
 	c0=$(daemon_cpu)
+	t0=$(thread_cpu)
 	ju=$(bench UNIX 1 "$REQ")
 	c1=$(daemon_cpu)
+	t1=$(thread_cpu)
+	echo "$t0 $t1 $(cat "$WORK/client.cpu") $REQ" >>"$WORK/split"
 	jt=$(bench TLS 1 "$REQ")
 	c2=$(daemon_cpu)
 	for j in "$ju" "$jt"; do
 		[ "$(field "$j" failed)" = 0 ] && [ "$(field "$j" mismatched)" = 0 ] ||
 			{ echo "bulk.sh: a request failed or its plaintext differed: $j" >&2; exit 1; }
 	done
-	echo "$r $eng $(field "$ju" mb_per_s_out) $(field "$jt" mb_per_s_out) $engcpu $(field "$ju" elapsed_s) $(field "$jt" elapsed_s) $c0 $c1 $c2" >>"$WORK/rounds"
-	log "round $r: engine $eng MB/s, unix $(field "$ju" mb_per_s_out), tls $(field "$jt" mb_per_s_out)"
+	echo "$r $eng $(field "$ju" mb_per_s_out) $(field "$jt" mb_per_s_out) $engcpu $(field "$ju" elapsed_s) $(field "$jt" elapsed_s) $c0 $c1 $c2 $sock" >>"$WORK/rounds"
+	log "round $r: engine $eng MB/s, socket pair $sock, unix $(field "$ju" mb_per_s_out), tls $(field "$jt" mb_per_s_out)"
 	r=$((r + 1))
 done
 
@@ -189,16 +216,18 @@ c1=$(daemon_cpu)
 	{ echo "bulk.sh: a parallel request failed: $jp" >&2; exit 1; }
 ENG1=$("$PD" --key "$WORK/key.pgp" --bench --bench-seconds "$SECS" "$WORK/msg.pgp" | awk '/^bench: [0-9.]+ MB\/s plaintext/{print $2}')
 
-$PY - "$WORK/rounds" "$SIZE" "$WORKERS" "$PARALLEL" "$NP" "$ENG1" "$jp" "$c0" "$c1" <<'EOF'
+$PY - "$WORK/rounds" "$SIZE" "$WORKERS" "$PARALLEL" "$NP" "$ENG1" "$jp" "$c0" "$c1" "$WORK/split" <<'EOF'
 import json, statistics, sys
 rounds = [l.split() for l in open(sys.argv[1]) if l.strip()]
 size, workers, par, n_par, eng1 = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], float(sys.argv[6])
 jp, c0, c1 = json.loads(sys.argv[7]), float(sys.argv[8]), float(sys.argv[9])
 print(f"pgpdecd bulk: one {size} MiB SEIPD v1 message (AES-256, uncompressed), MB/s of plaintext (MB = 10^6 bytes)")
-print(f"{'round':>5} {'engine':>9} {'unix':>9} {'tls':>9} {'unix/eng':>9} {'tls/eng':>9}   "
+print(f"{'round':>5} {'engine':>9} {'socket':>9} {'unix':>9} {'tls':>9} {'unix/eng':>9} {'tls/eng':>9}   "
       f"{'CPU: engine':>11} {'unix':>7} {'tls':>7} {'unix/eng':>9} {'tls/eng':>8}")
-ru, rt, cu, ct = [], [], [], []
-for r, e, u, t, ec, eu, et, k0, k1, k2 in rounds:
+ru, rt, cu, ct, rs = [], [], [], [], []
+for r, e, u, t, ec, eu, et, k0, k1, k2, sk in rounds:
+    sk = float(sk)
+    rs.append(sk / float(e))
     e, u, t, ec = float(e), float(u), float(t), float(ec)
     # plaintext MB per CPU second of the whole daemon (loop, TLS, workers)
     du = u * float(eu) / max(float(k1) - float(k0), 1e-9)
@@ -207,10 +236,18 @@ for r, e, u, t, ec, eu, et, k0, k1, k2 in rounds:
     rt.append(t / e)
     cu.append(du / ec)
     ct.append(dt / ec)
-    print(f"{r:>5} {e:9.1f} {u:9.1f} {t:9.1f} {u / e:9.2f} {t / e:9.2f}   "
+    print(f"{r:>5} {e:9.1f} {sk:9.1f} {u:9.1f} {t:9.1f} {u / e:9.2f} {t / e:9.2f}   "
           f"{ec:11.1f} {du:7.1f} {dt:7.1f} {du / ec:9.2f} {dt / ec:8.2f}")
 print(f"median ratio: unix/engine {statistics.median(ru):.2f}, tls/engine {statistics.median(rt):.2f} (wall time); "
-      f"per CPU second: unix/engine {statistics.median(cu):.2f}, tls/engine {statistics.median(ct):.2f}")
+      f"per CPU second: unix/engine {statistics.median(cu):.2f}, tls/engine {statistics.median(ct):.2f}; "
+      f"a lone socket pair carried {statistics.median(rs):.2f} x the engine's rate")
+split = [[float(x) for x in l.split()] for l in open(sys.argv[10]) if l.strip()]
+lp = statistics.median((b - a) / n * 1000 for a, _, b, _, _, n in split)
+wk = statistics.median((b - a) / n * 1000 for _, a, _, b, _, n in split)
+cl = statistics.median(c / n * 1000 for *_, c, n in split)
+print(f"CPU per message over unix (medians, ms): daemon loop {lp:.1f}, workers {wk:.1f}, client {cl:.1f}; "
+      f"sum {lp + wk + cl:.1f}, over {workers} cores {(lp + wk + cl) / workers:.1f} "
+      f"(the engine alone: {float(size) * 1.048576 / statistics.median(float(r[4]) for r in rounds) * 1000:.1f})")
 wall = jp["elapsed_s"]
 cores = (c1 - c0) / wall if wall > 0 else 0
 mb = jp["mb_per_s_out"]
