@@ -136,15 +136,16 @@ static void *worker_main(void *arg)
 		fifo_push(&p->done, j);
 		/* One write per batch: the loop drains until it finds done empty
 		 * and only then clears wake, so a job finishing meanwhile needs no
-		 * second wake-up.  Outside the lock, so that the loop never waits
-		 * on it for a system call (pd_pool_stop joins every worker before
-		 * it closes efd). */
-		bool first = !p->wake;
-		p->wake = true;
-		pthread_mutex_unlock(&p->lock);
-		if (first)
+		 * second wake-up, and this worker goes on to the next job in the
+		 * same hold of the lock.  The write is outside the lock, so that
+		 * the loop never waits on it for a system call (pd_pool_stop joins
+		 * every worker before it closes efd). */
+		if (!p->wake) {
+			p->wake = true;
+			pthread_mutex_unlock(&p->lock);
 			wake_loop(p);
-		pthread_mutex_lock(&p->lock);
+			pthread_mutex_lock(&p->lock);
+		}
 	}
 	pthread_mutex_unlock(&p->lock);
 	return NULL;
