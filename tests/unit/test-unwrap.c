@@ -739,6 +739,188 @@ static void test_ecdh_weierstrass(void **state)
 	}
 }
 
+
+/* Ephemeral points with a coordinate >= p (RFC 9580 §11.5, SEC 1 2.3.4:
+ * each coordinate is an element of the field, 0 <= x, y < p).  x + p (or
+ * y + p) encodes a point that is on the curve once reduced mod p.  Both
+ * backends refuse it as they refuse an off-curve point, before the scalar
+ * multiplication (OpenSSL 3.0 when it decodes the point, libgcrypt 1.10 in
+ * its on-curve check, which compares x, y and z with p first): PD_EMALFORMED
+ * from pd_unwrap.  A backend that reduced mod p instead would unwrap the key
+ * here and fail this test.  Points: one with a
+ * small x and one with a small y (found offline: y^2 = x^3 + ax + b solved
+ * for x), so that adding p still fits the field length, and points with x or
+ * y just below p (which must still pass: they pin the bound to p).  p comes
+ * from libgcrypt, the shared secret from libgcrypt's own ECDH decryption. */
+static void test_ecdh_noncanonical(void **state)
+{
+	(void)state;
+	static const struct {
+		enum pd_curve c; const char *name; size_t fsize; uint8_t hash, kek; int kek_gcry;
+		unsigned small_x; const char *small_x_y; /* (small_x, small_x_y) */
+		unsigned near_x; const char *near_x_y;   /* (p - near_x, near_x_y) */
+		const char *small_y_x; unsigned small_y; /* (small_y_x, small_y), and (small_y_x, p - small_y) */
+	} curves[] = {
+		{ PD_CURVE_P256, "NIST P-256", 32, PD_HASH_SHA256, 7, GCRY_CIPHER_AES128,
+		  5, "459243b9aa581806fe913bce99817ade11ca503c64d9a3c533415c083248fbcc",
+		  3, "19719bebf6aea13f25c96dfd7c71f5225d4c8fc09eb5a0ab9f39e9178e55c121",
+		  "d7325d7646cd60d80a92738ceb345f844cffaf35841022cab176f692de8de1d7", 5 },
+		{ PD_CURVE_P384, "NIST P-384", 48, PD_HASH_SHA384, 8, GCRY_CIPHER_AES192,
+		  2, "8cdeadbbd04911a3c1931e26df3fa6439dca9c7eb286fbd46fc319f0e2bb780232baf57825fc0c1912ada2fefe84024c",
+		  1, "8cdeadbbd04911a3c1931e26df3fa6439dca9c7eb286fbd46fc319f0e2bb780232baf57825fc0c1912ada2fefe84024c",
+		  "2261b2bf605c22f2f3aef6338719b2c486388ad5240719a5257315969ef01ba27f0a104c89704773a81fdabee6ab5c78", 1 },
+		{ PD_CURVE_P521, "NIST P-521", 66, PD_HASH_SHA512, 9, GCRY_CIPHER_AES256,
+		  1, "0010e59be93c4f269c0269c79e2afd65d6aeaa9b701eacc194fb3ee03df47849bf550ec636ebee0ddd4a16f1cd9406605af3"
+		     "8f584567770e3f272d688c832e843564",
+		  1, "00d9254fdf800496acb33790b103c5ee9fac12832fe546c632225b0f7fce3da4574b1a879b623d722fa8fc34d5fc2a8731aa"
+		     "d691a9a8bb8b554c95a051d6aa505acf",
+		  "00d9cb7a32dab342f863edb340f3ea61ddf833e755ce66bb1a918a42714ba05bcdf4ff10994f616a9d80cd0b48b326e3a8a2"
+		  "a8f5634d824875b6e71fb7cddd7b5018", 1 },
+		{ PD_CURVE_BP256, "brainpoolP256r1", 32, PD_HASH_SHA256, 7, GCRY_CIPHER_AES128,
+		  1, "09e0e9e8d98fb89da2a32b2c7618b26bb99b920f02a5e831a142e6c8673110cd",
+		  1, "965b236df0a153ea81a39a16e6fb28c63bb39ac7f562564cb08da4bfe1798fdc",
+		  "1a3ec419c458edf6058ffd69ef448571fae537ed654ac55e9934217eff536f19", 2 },
+		{ PD_CURVE_BP384, "brainpoolP384r1", 48, PD_HASH_SHA384, 8, GCRY_CIPHER_AES192,
+		  1, "47d3db1d9a221b395122cd9d16d155b3075dbf5cb5db6016ba44d28c0a62500d05b564feb2cb4bcd0f78eac648945845",
+		  6, "4b23cb4d7dfaf4c0def0a4fb2ae312984f37775b4013b07aacebf1604ad5dbc5c5dc56ae47cae5e295bfa77e35479bed",
+		  "88ca69bf097e8529e1b2a672ac109e0b17f2a132baaf08415c626c27fba80751c229ec17a92e28d145173907381e7c91", 2 },
+		{ PD_CURVE_BP512, "brainpoolP512r1", 64, PD_HASH_SHA512, 9, GCRY_CIPHER_AES256,
+		  3, "045dd3ad1b6a380eff32bccd947957f3acd60d5a6df18ed9a4d676c1924123576c959ae8473de224ca262d456e8d51f6"
+		     "da36eaae8e3dfc0e914afdb1bc552796",
+		  1, "12780ae4d2fad1163e2a513d72ad6e3c2211f8079ccbddeb9b1e956b2ee36173abe84464b0c78dca8db21f6964e9a139"
+		     "8a5a0f6e1e717ddf4eac517032879266",
+		  "7a7f3993b037d87c9328f9d26c43ef8d7d0f92bc779717ccc2fc522ca16b60d901b862763cbaa9b2da82b1b0379547edf2"
+		  "6ee4fd2d7be426a9542e333674d96d", 2 },
+	};
+	char bad[2048] = "";
+	size_t badlen = 0;
+	for (size_t ci = 0; ci < PD_ARRAY_SIZE(curves); ci++) {
+		const size_t fs = curves[ci].fsize, ptlen = 1 + 2 * fs;
+		gcry_sexp_t parms, kp, l;
+		assert_int_equal(gcry_sexp_build(&parms, NULL, "(genkey(ecc(curve %s)))", curves[ci].name), 0);
+		assert_int_equal(gcry_pk_genkey(&kp, parms), 0);
+		gcry_sexp_release(parms);
+		struct pd_key *k = key_new(PD_PK_ECDH);
+		k->curve = curves[ci].c;
+		k->kdf_hash = curves[ci].hash;
+		k->kdf_kek = curves[ci].kek;
+		k->fpr_len = 20;
+		gcry_randomize(k->fpr, k->fpr_len, GCRY_WEAK_RANDOM);
+		l = gcry_sexp_find_token(kp, "q", 0);
+		size_t qn;
+		memcpy(k->q, gcry_sexp_nth_data(l, 1, &qn), ptlen);
+		assert_int_equal(qn, ptlen);
+		k->q_len = qn;
+		gcry_sexp_release(l);
+		l = gcry_sexp_find_token(kp, "d", 0);
+		k->x = gcry_sexp_nth_mpi(l, 1, GCRYMPI_FMT_USG);
+		gcry_sexp_release(l);
+		ecdh_ready(k);
+		/* p, from libgcrypt's curve parameters. */
+		gcry_sexp_t cp = gcry_pk_get_param(GCRY_PK_ECC, curves[ci].name);
+		assert_non_null(cp);
+		l = gcry_sexp_find_token(cp, "p", 0);
+		gcry_mpi_t p = gcry_sexp_nth_mpi(l, 1, GCRYMPI_FMT_USG);
+		assert_non_null(p);
+		gcry_sexp_release(l);
+		gcry_sexp_release(cp);
+		size_t oidlen;
+		const uint8_t *oid = pd_curve_oid(k->curve, &oidlen);
+
+		/* (x, y) canonical, and the encoding's x or y + p (or p - small). */
+		uint8_t pts[5][133];
+		enum { SMALL_X, SMALL_X_PLUS_P, NEAR_X, SMALL_Y, SMALL_Y_PLUS_P };
+		gcry_mpi_t m = gcry_mpi_new(0), t = gcry_mpi_new(0);
+		for (int i = 0; i < 5; i++)
+			pts[i][0] = 0x04;
+		/* SMALL_X: x = small_x; SMALL_X_PLUS_P: x + p. */
+		memset(pts[SMALL_X] + 1, 0, fs);
+		pts[SMALL_X][fs] = (uint8_t)curves[ci].small_x;
+		assert_int_equal(unhex(curves[ci].small_x_y, pts[SMALL_X] + 1 + fs), fs);
+		gcry_mpi_set_ui(m, curves[ci].small_x);
+		gcry_mpi_add(t, m, p);
+		assert_int_equal(gcry_mpi_print(GCRYMPI_FMT_USG, pts[SMALL_X_PLUS_P] + 1, fs, NULL, t), 0);
+		/* the print is left-aligned: it fits exactly when t has fs octets */
+		assert_int_equal((gcry_mpi_get_nbits(t) + 7) / 8, fs);
+		memcpy(pts[SMALL_X_PLUS_P] + 1 + fs, pts[SMALL_X] + 1 + fs, fs);
+		/* NEAR_X: x = p - near_x. */
+		gcry_mpi_sub_ui(t, p, curves[ci].near_x);
+		size_t tn = (gcry_mpi_get_nbits(t) + 7) / 8;
+		memset(pts[NEAR_X] + 1, 0, fs);
+		assert_int_equal(gcry_mpi_print(GCRYMPI_FMT_USG, pts[NEAR_X] + 1 + fs - tn, tn, NULL, t), 0);
+		assert_int_equal(unhex(curves[ci].near_x_y, pts[NEAR_X] + 1 + fs), fs);
+		/* SMALL_Y: y = small_y; SMALL_Y_PLUS_P: y + p. */
+		assert_int_equal(unhex(curves[ci].small_y_x, pts[SMALL_Y] + 1), fs);
+		memset(pts[SMALL_Y] + 1 + fs, 0, fs);
+		pts[SMALL_Y][2 * fs] = (uint8_t)curves[ci].small_y;
+		memcpy(pts[SMALL_Y_PLUS_P] + 1, pts[SMALL_Y] + 1, fs);
+		gcry_mpi_set_ui(m, curves[ci].small_y);
+		gcry_mpi_add(t, m, p);
+		assert_int_equal((gcry_mpi_get_nbits(t) + 7) / 8, fs);
+		assert_int_equal(gcry_mpi_print(GCRYMPI_FMT_USG, pts[SMALL_Y_PLUS_P] + 1 + fs, fs, NULL, t), 0);
+		gcry_mpi_release(m);
+		gcry_mpi_release(t);
+
+		for (int i = 0; i < 6; i++) {
+			/* i == 5: (small_y_x, p - small_y), the negation of SMALL_Y. */
+			uint8_t e[133];
+			memcpy(e, pts[i == 5 ? SMALL_Y : i], ptlen);
+			if (i == 5) {
+				gcry_mpi_t y = gcry_mpi_new(0);
+				gcry_mpi_sub_ui(y, p, curves[ci].small_y);
+				assert_int_equal(gcry_mpi_print(GCRYMPI_FMT_USG, e + 1 + fs, fs, NULL, y), 0);
+				assert_int_equal((gcry_mpi_get_nbits(y) + 7) / 8, fs);
+				gcry_mpi_release(y);
+			}
+			const bool noncanonical = i == SMALL_X_PLUS_P || i == SMALL_Y_PLUS_P;
+			/* ZB = x of d·E, from the canonical form (libgcrypt's decrypt
+			 * checks it is on the curve). */
+			const uint8_t *canon = i == SMALL_X_PLUS_P ? pts[SMALL_X] : i == SMALL_Y_PLUS_P ? pts[SMALL_Y] : e;
+			gcry_sexp_t data, plain;
+			assert_int_equal(gcry_sexp_build(&data, NULL, "(enc-val(ecdh(e %b)))", (int)ptlen, canon), 0);
+			assert_int_equal(gcry_pk_decrypt(&plain, data, kp), 0);
+			size_t sn;
+			const char *s = gcry_sexp_nth_data(plain, 1, &sn);
+			if (!s) {
+				l = gcry_sexp_find_token(plain, "value", 0);
+				s = gcry_sexp_nth_data(l, 1, &sn);
+				gcry_sexp_release(plain);
+				plain = l;
+			}
+			assert_int_equal(sn, ptlen);
+			uint8_t zb[66];
+			memcpy(zb, s + 1, fs);
+			gcry_sexp_release(plain);
+			gcry_sexp_release(data);
+
+			uint8_t kek[32], plainb[48], body[300];
+			size_t keklen = pd_sym_keylen(k->kdf_kek);
+			ecdh_kek(k, oid, oidlen, zb, fs, kek, keklen);
+			size_t pl = pkcs5(plainb, sk_payload(plainb, 9, key32, 32, 0), 0);
+			size_t n = v3_header(body, k, PD_PK_ECDH);
+			n += put_mpi(body + n, e, ptlen);
+			body[n++] = (uint8_t)(pl + 8);
+			aes_wrap(curves[ci].kek_gcry, kek, keklen, plainb, pl, body + n);
+			n += pl + 8;
+			struct pd_sesskey out;
+			uint32_t ok;
+			int r = unwrap_body(k, body, n, 0, &out, &ok, NULL);
+			if (noncanonical ? r != PD_EMALFORMED : r != 0 || ok != ~0u)
+				badlen += (size_t)snprintf(bad + badlen, sizeof(bad) - badlen, "\n  %s point %d (%s): r=%d ok=%x",
+				                           curves[ci].name, i, noncanonical ? "coordinate >= p" : "canonical", r,
+				                           r ? 0 : ok);
+			else if (!noncanonical)
+				assert_key(&out, 9, key32, 32);
+			assert_true(badlen < sizeof(bad) - 100);
+		}
+		gcry_mpi_release(p);
+		gcry_sexp_release(kp);
+		key_free(k);
+	}
+	if (badlen)
+		fail_msg("ECDH backend %s:%s", ecdh_be == PD_ECDH_OPENSSL ? "openssl" : "gcrypt", bad);
+}
+
 /* ---------------------------------------------------------------------- */
 /* PKCS#1 v1.5 decoding (table) */
 
@@ -1234,6 +1416,7 @@ int main(void)
 		cmocka_unit_test(test_x25519_x448_roundtrip),
 		cmocka_unit_test(test_ecdh_cv25519),
 		cmocka_unit_test(test_ecdh_weierstrass),
+		cmocka_unit_test(test_ecdh_noncanonical),
 		cmocka_unit_test(test_pkcs1_table),
 		cmocka_unit_test(test_rsa),
 		cmocka_unit_test(test_elgamal),
@@ -1248,6 +1431,7 @@ int main(void)
 		cmocka_unit_test(test_x25519_x448_roundtrip),
 		cmocka_unit_test(test_ecdh_cv25519),
 		cmocka_unit_test(test_ecdh_weierstrass),
+		cmocka_unit_test(test_ecdh_noncanonical),
 		cmocka_unit_test(test_real_peers),
 		cmocka_unit_test(test_x25519_a8_keyring),
 	};
