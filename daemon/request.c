@@ -7,8 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <gcrypt.h>
@@ -76,11 +74,6 @@ struct pd_request {
 	int in_fd;
 	bool fd_eof;
 	uint64_t fd_off, fd_counted;
-	/* ... or, when the file is sealed against shrinking and writing and has
-	 * no holes, mapped: the job feeds the engine from the mapping (map_off
-	 * is the job's), no pread and no jin. */
-	const uint8_t *map;
-	size_t map_len, map_off;
 
 	/* Job results, read on the loop after done. */
 	struct pd_obuf *job_out;
@@ -290,10 +283,6 @@ static struct pd_obuf *result_obuf(uint32_t id, uint16_t status, const char *err
  * once no job uses it. */
 static void close_input_fd(struct pd_request *r)
 {
-	if (r->map) {
-		munmap((void *)r->map, r->map_len);
-		r->map = NULL;
-	}
 	if (r->in_fd >= 0) {
 		close(r->in_fd);
 		r->in_fd = -1;
@@ -484,15 +473,12 @@ static void job_work(struct pd_job *j, struct pd_worker *w)
 		return;
 	}
 	for (;;) {
-		if (r->in_fd >= 0 && !r->map && !r->fd_eof && jpos == pd_buf_len(&r->jin))
+		if (r->in_fd >= 0 && !r->fd_eof && jpos == pd_buf_len(&r->jin))
 			fd_fill(r, &jpos);
-		/* What we have: jin's data, or the rest of the mapping. */
-		const uint8_t *in = r->map ? r->map + r->map_off : pd_buf_data(&r->jin);
-		size_t in_len = r->map ? r->map_len - r->map_off : pd_buf_len(&r->jin);
-		/* Feed it. */
-		while (jpos < in_len && pd_msg_input_space(r->m) > 0) {
+		/* Feed what we have. */
+		while (jpos < pd_buf_len(&r->jin) && pd_msg_input_space(r->m) > 0) {
 			size_t used = 0;
-			st = pd_msg_write(r->m, in + jpos, in_len - jpos, &used);
+			st = pd_msg_write(r->m, pd_buf_data(&r->jin) + jpos, pd_buf_len(&r->jin) - jpos, &used);
 			if (st < 0) {
 				job_result(r, &fw, st, w);
 				goto out;
@@ -501,7 +487,7 @@ static void job_work(struct pd_job *j, struct pd_worker *w)
 				break;
 			jpos += used;
 		}
-		if (jpos == in_len && r->job_end && !r->end_told) {
+		if (jpos == pd_buf_len(&r->jin) && r->job_end && !r->end_told) {
 			r->end_told = true;
 			st = pd_msg_close_input(r->m);
 			if (st < 0) {
@@ -525,9 +511,9 @@ static void job_work(struct pd_job *j, struct pd_worker *w)
 			continue;
 		}
 		if (st == PD_STEP_NEED_INPUT) {
-			if (jpos < in_len && pd_msg_input_space(r->m) > 0)
+			if (jpos < pd_buf_len(&r->jin) && pd_msg_input_space(r->m) > 0)
 				continue; /* the engine made room: feed more */
-			if (jpos < in_len) {
+			if (jpos < pd_buf_len(&r->jin)) {
 				/* Wants input with a full buffer: it can never progress.
 				 * An engine bug, but never a spinning worker. */
 				job_result(r, &fw, PD_EINTERNAL, w);
@@ -580,12 +566,8 @@ static void job_work(struct pd_job *j, struct pd_worker *w)
 	}
 	close_frame(&fw);
 out:
-	/* The unread rest of jin (or of the mapping) stays for the next job. */
-	if (r->map) {
-		r->map_off += jpos;
-		r->fd_off = r->map_off; /* what the engine took, for the counters */
-	} else
-		pd_buf_consume(&r->jin, jpos);
+	/* The unread rest of jin stays for the next job. */
+	pd_buf_consume(&r->jin, jpos);
 }
 
 /* ---------------------------------------------------------------- */
@@ -767,35 +749,6 @@ void pd_request_kick(struct pd_request *r)
 
 static bool activate(struct pd_request *r);
 
-/* INPUT_FD, when the file cannot change size or content and has no holes:
- * map it (a mapping on the loop costs no I/O; the job's faults read the
- * pages the client wrote).  Without the seals the client could shrink it
- * under the mapping (SIGBUS) and a hole would allocate a page in the
- * daemon at each fault; such files are read with pread, which copies the
- * zero page for a hole.  At most max-message-size + 1 octets are mapped:
- * the engine says LIMIT past it, as for DATA frames. */
-static void map_input_fd(struct pd_request *r)
-{
-	int seals = fcntl(r->in_fd, F_GET_SEALS);
-	struct stat st;
-	if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_WRITE)) != (F_SEAL_SHRINK | F_SEAL_WRITE) ||
-	    fstat(r->in_fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
-	    (uint64_t)st.st_blocks * 512 < (uint64_t)st.st_size)
-		return;
-	uint64_t len = (uint64_t)st.st_size;
-	if (r->max_in && len > r->max_in + 1)
-		len = r->max_in + 1;
-	if (len > SIZE_MAX)
-		return;
-	void *p = mmap(NULL, (size_t)len, PROT_READ, MAP_SHARED, r->in_fd, 0);
-	if (p == MAP_FAILED)
-		return; /* pread then */
-	r->map = p;
-	r->map_len = (size_t)len;
-	r->map_off = 0;
-	r->fd_eof = true; /* all of it is there */
-}
-
 /* INPUT_FD: check the descriptor without touching its file system (two
  * fcntl calls: the loop never waits), then the request is whole: it takes
  * its slot and buffers now and its jobs read the file. */
@@ -812,7 +765,6 @@ static void start_input_fd(struct pd_request *r)
 		pd_request_abort(r, PD_ST_BAD_REQUEST, why);
 		return;
 	}
-	map_input_fd(r);
 	r->input_ended = true; /* no DATA or END frames come */
 	if (!activate(r))
 		return;
