@@ -68,9 +68,8 @@ def finish(p):
     return p.returncode, j, err.decode()
 
 
-@pytest.mark.parametrize("extra", [[], ["--pass-fd"]], ids=["data", "pass-fd"])
 @pytest.mark.parametrize("how", ["kill", "term"])
-def test_bench_survives_a_daemon(world, msgs, tmp_path, how, extra):
+def test_bench_survives_a_daemon(world, msgs, tmp_path, how):
     """Two daemons, a bench over both with retry (the default): one is
     killed with SIGKILL, or stopped with SIGTERM, in the middle.  No request
     fails, every plaintext is the same as gpg encrypted, and the other
@@ -82,7 +81,7 @@ def test_bench_survives_a_daemon(world, msgs, tmp_path, how, extra):
     da, db = two(world, tmp_path)
     f, plain = msgs["small"]
     try:
-        p = bench([da.sock, db.sock], f, 600, extra=extra)
+        p = bench([da.sock, db.sock], f, 600)
         deadline = time.time() + 60
         while served(da) < 60:
             assert time.time() < deadline and p.poll() is None, (da.logtext()[-2000:], p.poll())
@@ -188,17 +187,15 @@ def test_stdout_is_never_written_twice(world, msgs, tmp_path):
         da.stop()
 
 
-@pytest.mark.parametrize("extra", [[], ["--pass-fd"]], ids=["data", "pass-fd"])
-def test_output_file_sent_again(world, msgs, tmp_path, extra):
+def test_output_file_sent_again(world, msgs, tmp_path):
     """With -o the same failure sends the message again to the other
-    daemon: the temporary file starts over and the result is byte-exact
-    (with --pass-fd the same memory file is passed again)."""
+    daemon: the temporary file starts over and the result is byte-exact."""
     da, db = two(world, tmp_path)
     f, plain = msgs["big"]
     out = tmp_path / "p.out"
     try:
-        p = subprocess.Popen([CLIENT, "--socket", da.sock, "--socket", db.sock, "-v", *extra, "-o", str(out),
-                              str(f)], stderr=subprocess.PIPE)
+        p = subprocess.Popen([CLIENT, "--socket", da.sock, "--socket", db.sock, "-v", "-o", str(out), str(f)],
+                             stderr=subprocess.PIPE)
         kill_mid_message(da, out, len(plain), p)
         assert p.wait(120) == 0, p.stderr.read()
         assert out.read_bytes() == plain
