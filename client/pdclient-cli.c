@@ -43,7 +43,7 @@ static void usage_text(FILE *f)
 "Usage: pgpdecd-client [OPTION]... [FILE]...\n"
 "       pgpdecd-client [OPTION]... ping|stats|keys\n"
 "       pgpdecd-client [OPTION]... bench [--concurrency N] [--requests M] [--pipeline K]\n"
-"                      [--threads T] [--json] [--pass-fd] FILE...\n"
+"                      [--threads T] [--json] FILE...\n"
 "       pgpdecd-client [OPTION]... --mime [FILE]\n"
 "\n"
 "Decrypt OpenPGP messages with the keys held by the pgpdecd daemon.\n"
@@ -169,7 +169,6 @@ static void usage_text(FILE *f)
 "                           connections); N/K connections are opened\n"
 "      --threads T          client threads driving the connections (default 1)\n"
 "      --json               print the figures as one JSON object\n"
-"      --pass-fd            pass each FILE as a memory file (made once per FILE)\n"
 "\n"
 "  -h, --help               show this help and exit\n"
 "  -V, --version            show the version and exit\n"
@@ -1505,8 +1504,6 @@ int main(int argc, char **argv)
 		}
 	}
 	o.cfg.timeout_ms = timeout_s == 0 ? -1 : (int)(timeout_s * 1000);
-	if (o.pass_fd && n_hostports)
-		die(EX_USAGE, "--pass-fd hands the daemon a descriptor over a Unix socket: not with --connect");
 	if (n_hostports && n_sockets)
 		die(EX_USAGE, "--socket and --connect exclude each other");
 	for (size_t i = 0; i < n_sockets; i++)

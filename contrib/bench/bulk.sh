@@ -13,19 +13,16 @@
 #   engine  pd-decrypt --bench: the engine in process on one thread;
 #   unix    pgpdecd-client bench --concurrency 1 over the Unix socket;
 #   tls     the same over TLS 1.3;
-#   fd      the same over the Unix socket with --pass-fd: the message is
-#           passed as a memory file (INPUT_FD) which the daemon reads
-#           itself, made once and passed by every request;
-# and prints each round's MB/s of plaintext and the ratios to the engine of
-# that round, then the median of the ratios.  Last, PARALLEL messages at
-# once (--concurrency PARALLEL over the Unix socket, without and with
-# --pass-fd): MB/s and the CPU time the daemon used per second of wall time
-# (its cores busy), against the engine's one-thread rate times the workers.
+# and prints each round's MB/s of plaintext and the ratios unix/engine and
+# tls/engine of that round, then the median of the ratios.  Last, PARALLEL
+# messages at once (--concurrency PARALLEL over the Unix socket): MB/s and
+# the CPU time the daemon used per second of wall time (its cores busy),
+# against the engine's one-thread rate times the workers.
 #
 # The socket column is what a Unix socket pair alone carries in that round
 # (contrib/bench/sockpair.py: one process writing SIZE MiB, another reading
-# it), the kernel's share of the path.  Then, where the CPU went per message
-# over the Unix socket (unix and fd): the daemon's loop thread, its workers and the
+# it), the kernel's share of the path.  Last, where the CPU went per message
+# over the Unix socket: the daemon's loop thread, its workers and the
 # client (its SHA-256 of the plaintext included); the three share the
 # machine's cores, so on a 2-core machine their sum over 2 is the shortest
 # a message can take, whatever the daemon does with its own share.
@@ -64,7 +61,7 @@ while [ $# -gt 0 ]; do
 	--parallel) PARALLEL=$2; shift ;;
 	--workers) WORKERS=$2; shift ;;
 	--keep) KEEP=1 ;;
-	-h|--help) sed -n '3,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '3,43p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "bulk.sh: unknown option $1 (--help)" >&2; exit 64 ;;
 	esac
 	shift
@@ -157,18 +154,17 @@ done
 # CPU seconds (user + system) of the daemon so far.
 daemon_cpu() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$DPID/stat"; }
 
-# bench VIA CONCURRENCY REQUESTS [BENCH-OPTION]: prints the JSON line; the
-# client's CPU seconds go to $WORK/client.cpu
+# bench VIA CONCURRENCY REQUESTS: prints the JSON line
 bench() {
 	eval "opts=\$$1"
 	# shellcheck disable=SC2086
+	# the client's CPU seconds go to $WORK/client.cpu
 	$PY -c 'import resource, subprocess, sys
 p = subprocess.run(sys.argv[2:], stdout=subprocess.PIPE, text=True)
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
 open(sys.argv[1], "w").write(f"{r.ru_utime + r.ru_stime}\n")
 sys.stdout.write(p.stdout)
-sys.exit(p.returncode)' "$WORK/client.cpu" "$CLIENT" $opts --timeout 120 bench --concurrency "$2" --requests "$3" \
-		${4:-} --json "$WORK/msg.pgp"
+sys.exit(p.returncode)' "$WORK/client.cpu" "$CLIENT" $opts --timeout 120 bench --concurrency "$2" --requests "$3" --json "$WORK/msg.pgp"
 }
 # CPU seconds (user + system) of the daemon's threads so far: "loop workers"
 # (the loop is the main thread, the workers the pool's; the reload and key
@@ -188,7 +184,6 @@ log "engine warm-up: $ENG0 MB/s; $REQ requests per daemon round"
 # ---- interleaved rounds ---------------------------------------------------
 : >"$WORK/rounds"
 : >"$WORK/split"
-: >"$WORK/split.fd"
 r=1
 while [ $r -le "$ROUNDS" ]; do
 	"$PD" --key "$WORK/key.pgp" --bench --bench-seconds "$SECS" "$WORK/msg.pgp" >"$WORK/eng.out"
@@ -203,17 +198,12 @@ while [ $r -le "$ROUNDS" ]; do
 	echo "$t0 $t1 $(cat "$WORK/client.cpu") $REQ" >>"$WORK/split"
 	jt=$(bench TLS 1 "$REQ")
 	c2=$(daemon_cpu)
-	t2=$(thread_cpu)
-	jf=$(bench UNIX 1 "$REQ" --pass-fd)
-	t3=$(thread_cpu)
-	c3=$(daemon_cpu)
-	echo "$t2 $t3 $(cat "$WORK/client.cpu") $REQ" >>"$WORK/split.fd"
-	for j in "$ju" "$jt" "$jf"; do
+	for j in "$ju" "$jt"; do
 		[ "$(field "$j" failed)" = 0 ] && [ "$(field "$j" mismatched)" = 0 ] ||
 			{ echo "bulk.sh: a request failed or its plaintext differed: $j" >&2; exit 1; }
 	done
-	echo "$r $eng $(field "$ju" mb_per_s_out) $(field "$jt" mb_per_s_out) $engcpu $(field "$ju" elapsed_s) $(field "$jt" elapsed_s) $c0 $c1 $c2 $sock $(field "$jf" mb_per_s_out) $(field "$jf" elapsed_s) $c3" >>"$WORK/rounds"
-	log "round $r: engine $eng MB/s, socket pair $sock, unix $(field "$ju" mb_per_s_out), tls $(field "$jt" mb_per_s_out), unix --pass-fd $(field "$jf" mb_per_s_out)"
+	echo "$r $eng $(field "$ju" mb_per_s_out) $(field "$jt" mb_per_s_out) $engcpu $(field "$ju" elapsed_s) $(field "$jt" elapsed_s) $c0 $c1 $c2 $sock" >>"$WORK/rounds"
+	log "round $r: engine $eng MB/s, socket pair $sock, unix $(field "$ju" mb_per_s_out), tls $(field "$jt" mb_per_s_out)"
 	r=$((r + 1))
 done
 
@@ -222,59 +212,46 @@ NP=$((PARALLEL * 4))
 c0=$(daemon_cpu)
 jp=$(bench UNIX "$PARALLEL" "$NP")
 c1=$(daemon_cpu)
-jq=$(bench UNIX "$PARALLEL" "$NP" --pass-fd)
-c2=$(daemon_cpu)
-for j in "$jp" "$jq"; do
-	[ "$(field "$j" failed)" = 0 ] && [ "$(field "$j" mismatched)" = 0 ] ||
-		{ echo "bulk.sh: a parallel request failed: $j" >&2; exit 1; }
-done
+[ "$(field "$jp" failed)" = 0 ] && [ "$(field "$jp" mismatched)" = 0 ] ||
+	{ echo "bulk.sh: a parallel request failed: $jp" >&2; exit 1; }
 ENG1=$("$PD" --key "$WORK/key.pgp" --bench --bench-seconds "$SECS" "$WORK/msg.pgp" | awk '/^bench: [0-9.]+ MB\/s plaintext/{print $2}')
 
-$PY - "$WORK/rounds" "$SIZE" "$WORKERS" "$PARALLEL" "$NP" "$ENG1" "$jp" "$c0" "$c1" "$WORK/split" "$WORK/split.fd" \
-	"$jq" "$c2" <<'EOF'
+$PY - "$WORK/rounds" "$SIZE" "$WORKERS" "$PARALLEL" "$NP" "$ENG1" "$jp" "$c0" "$c1" "$WORK/split" <<'EOF'
 import json, statistics, sys
 rounds = [l.split() for l in open(sys.argv[1]) if l.strip()]
 size, workers, par, n_par, eng1 = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], float(sys.argv[6])
 jp, c0, c1 = json.loads(sys.argv[7]), float(sys.argv[8]), float(sys.argv[9])
-jq, c2 = json.loads(sys.argv[12]), float(sys.argv[13])
-med = statistics.median
 print(f"pgpdecd bulk: one {size} MiB SEIPD v1 message (AES-256, uncompressed), MB/s of plaintext (MB = 10^6 bytes)")
-print("  unix: ciphertext in DATA frames over the Unix socket; fd: the same socket, the ciphertext passed as a")
-print("  memory file (--pass-fd, INPUT_FD); tls: DATA frames over TLS 1.3; socket: a lone Unix socket pair")
-print(f"{'round':>5} {'engine':>8} {'socket':>8} {'unix':>8} {'fd':>8} {'tls':>8} {'unix/eng':>9} {'fd/eng':>7} "
-      f"{'tls/eng':>8}   {'CPU: engine':>11} {'unix':>7} {'fd':>7} {'tls':>7} {'unix/eng':>9} {'fd/eng':>7} {'tls/eng':>8}")
-ru, rf, rt, cu, cf, ct, rs = [], [], [], [], [], [], []
-for r, e, u, t, ec, eu, et, k0, k1, k2, sk, f, ef, k3 in rounds:
-    e, u, t, ec, sk, f = float(e), float(u), float(t), float(ec), float(sk), float(f)
+print(f"{'round':>5} {'engine':>9} {'socket':>9} {'unix':>9} {'tls':>9} {'unix/eng':>9} {'tls/eng':>9}   "
+      f"{'CPU: engine':>11} {'unix':>7} {'tls':>7} {'unix/eng':>9} {'tls/eng':>8}")
+ru, rt, cu, ct, rs = [], [], [], [], []
+for r, e, u, t, ec, eu, et, k0, k1, k2, sk in rounds:
+    sk = float(sk)
+    rs.append(sk / float(e))
+    e, u, t, ec = float(e), float(u), float(t), float(ec)
     # plaintext MB per CPU second of the whole daemon (loop, TLS, workers)
     du = u * float(eu) / max(float(k1) - float(k0), 1e-9)
     dt = t * float(et) / max(float(k2) - float(k1), 1e-9)
-    df = f * float(ef) / max(float(k3) - float(k2), 1e-9)
-    rs.append(sk / e)
     ru.append(u / e)
-    rf.append(f / e)
     rt.append(t / e)
     cu.append(du / ec)
-    cf.append(df / ec)
     ct.append(dt / ec)
-    print(f"{r:>5} {e:8.1f} {sk:8.1f} {u:8.1f} {f:8.1f} {t:8.1f} {u / e:9.2f} {f / e:7.2f} {t / e:8.2f}   "
-          f"{ec:11.1f} {du:7.1f} {df:7.1f} {dt:7.1f} {du / ec:9.2f} {df / ec:7.2f} {dt / ec:8.2f}")
-print(f"median ratio to the engine on one thread: unix {med(ru):.2f}, fd {med(rf):.2f}, tls {med(rt):.2f} (wall time); "
-      f"per CPU second: unix {med(cu):.2f}, fd {med(cf):.2f}, tls {med(ct):.2f}; "
-      f"a lone socket pair carried {med(rs):.2f} x the engine's rate")
-eng_ms = float(size) * 1.048576 / med(float(r[4]) for r in rounds) * 1000
-for name, path in (("unix", sys.argv[10]), ("fd", sys.argv[11])):
-    split = [[float(x) for x in l.split()] for l in open(path) if l.strip()]
-    lp = med((b - a) / n * 1000 for a, _, b, _, _, n in split)
-    wk = med((b - a) / n * 1000 for _, a, _, b, _, n in split)
-    cl = med(c / n * 1000 for *_, c, n in split)
-    print(f"CPU per message, {name} (medians, ms): daemon loop {lp:.1f}, workers {wk:.1f}, client {cl:.1f}; "
-          f"sum {lp + wk + cl:.1f}, over {workers} cores {(lp + wk + cl) / workers:.1f} (the engine alone: {eng_ms:.1f})")
-for name, j, a, b in (("unix", jp, c0, c1), ("fd", jq, c1, c2)):
-    wall = j["elapsed_s"]
-    cores = (b - a) / wall if wall > 0 else 0
-    mb = j["mb_per_s_out"]
-    print(f"{par} messages at once ({n_par} in all, {name}): {mb:.1f} MB/s, daemon busy {cores:.2f} cores "
-          f"of {workers} workers; engine one thread {eng1:.1f} MB/s x {workers} = {eng1 * workers:.1f} MB/s "
-          f"(ratio {mb / (eng1 * workers):.2f})")
+    print(f"{r:>5} {e:9.1f} {sk:9.1f} {u:9.1f} {t:9.1f} {u / e:9.2f} {t / e:9.2f}   "
+          f"{ec:11.1f} {du:7.1f} {dt:7.1f} {du / ec:9.2f} {dt / ec:8.2f}")
+print(f"median ratio: unix/engine {statistics.median(ru):.2f}, tls/engine {statistics.median(rt):.2f} (wall time); "
+      f"per CPU second: unix/engine {statistics.median(cu):.2f}, tls/engine {statistics.median(ct):.2f}; "
+      f"a lone socket pair carried {statistics.median(rs):.2f} x the engine's rate")
+split = [[float(x) for x in l.split()] for l in open(sys.argv[10]) if l.strip()]
+lp = statistics.median((b - a) / n * 1000 for a, _, b, _, _, n in split)
+wk = statistics.median((b - a) / n * 1000 for _, a, _, b, _, n in split)
+cl = statistics.median(c / n * 1000 for *_, c, n in split)
+print(f"CPU per message over unix (medians, ms): daemon loop {lp:.1f}, workers {wk:.1f}, client {cl:.1f}; "
+      f"sum {lp + wk + cl:.1f}, over {workers} cores {(lp + wk + cl) / workers:.1f} "
+      f"(the engine alone: {float(size) * 1.048576 / statistics.median(float(r[4]) for r in rounds) * 1000:.1f})")
+wall = jp["elapsed_s"]
+cores = (c1 - c0) / wall if wall > 0 else 0
+mb = jp["mb_per_s_out"]
+print(f"{par} messages at once ({n_par} in all, unix): {mb:.1f} MB/s, daemon busy {cores:.2f} cores "
+      f"of {workers} workers; engine one thread {eng1:.1f} MB/s x {workers} = {eng1 * workers:.1f} MB/s "
+      f"(ratio {mb / (eng1 * workers):.2f})")
 EOF
