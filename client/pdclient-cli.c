@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sysexits.h>
 #include <time.h>
@@ -99,10 +98,6 @@ static void usage_text(FILE *f)
 "      --verified-only      have the daemon hold back all plaintext until the\n"
 "                           whole message is verified: nothing unverified ever\n"
 "                           reaches standard output\n"
-"      --pass-fd            hand the daemon the ciphertext as a memory file over\n"
-"                           the Unix socket (a file on tmpfs as it is, anything\n"
-"                           else copied into a sealed memfd) instead of sending\n"
-"                           it: the daemon reads it itself (also for bench)\n"
 "      --password-file FILE password for password-encrypted (SKESK) messages:\n"
 "                           the first line of FILE\n"
 "      --with-session-key FILE\n"
@@ -623,7 +618,6 @@ struct opts {
 	struct pdc_config cfg;
 	const char *output;
 	bool verified_only;
-	bool pass_fd;               /* --pass-fd: PDC_INPUT_FD */
 	const char *password_file;
 	const char *sk_in_file, *sk_out_file; /* --with-session-key, --session-key-out */
 	int status_fd;              /* --status-fd: gpg's status lines (gpgfmt.h), -1: none */
@@ -743,8 +737,7 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 			continue;
 		}
 		struct pdc_decrypt d = {
-			.flags = (o->verified_only ? PDC_VERIFIED_ONLY : 0) | (o->sk_out_file ? PDC_WANT_SESSION_KEY : 0) |
-			         (o->pass_fd ? PDC_INPUT_FD : 0),
+			.flags = (o->verified_only ? PDC_VERIFIED_ONLY : 0) | (o->sk_out_file ? PDC_WANT_SESSION_KEY : 0),
 			.password = pw, .password_len = pwlen,
 			.session_key = sk_len ? sk : NULL, .session_key_len = sk_len, .session_key_algo = sk_algo,
 			.in_fd = j->in_fd,
@@ -906,7 +899,6 @@ struct bench {
 	const struct opts *o;
 	uint8_t **data;
 	size_t *len;
-	int *memfd;               /* --pass-fd: each file once in a sealed memfd, passed by every request */
 	int nfiles;
 	long total;
 	atomic_long next;         /* requests handed out */
@@ -954,8 +946,8 @@ static void bench_submit(struct slot *s)
 		return;
 	int f = (int)(i % b->nfiles);
 	struct pdc_decrypt d = {
-		.flags = (b->o->verified_only ? PDC_VERIFIED_ONLY : 0) | (b->memfd ? PDC_INPUT_FD : 0),
-		.in_fd = b->memfd ? b->memfd[f] : -1, .in_buf = b->memfd ? NULL : b->data[f], .in_len = b->memfd ? 0 : b->len[f],
+		.flags = b->o->verified_only ? PDC_VERIFIED_ONLY : 0,
+		.in_fd = -1, .in_buf = b->data[f], .in_len = b->len[f],
 		.on_data = bench_data, .on_done = bench_done, .on_retry = bench_retry, .arg = s,
 	};
 	s->out = 0;
@@ -1140,29 +1132,6 @@ static int cmd_bench(const struct opts *o, int nfiles, char **files)
 		die(EX_OSERR, "out of memory");
 	for (int i = 0; i < nfiles; i++)
 		load_file(files[i], &b.data[i], &b.len[i]);
-	if (o->pass_fd) {
-		/* The message where the daemon can read it: made once per file
-		 * (a client decrypting a file once pays this copy per message). */
-		b.memfd = calloc((size_t)nfiles, sizeof(*b.memfd));
-		if (!b.memfd)
-			die(EX_OSERR, "out of memory");
-		for (int i = 0; i < nfiles; i++) {
-			int fd = memfd_create("pgpdecd-bench", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-			if (fd < 0)
-				die(EX_OSERR, "memfd_create: %s", strerror(errno));
-			for (size_t off = 0; off < b.len[i];) {
-				ssize_t n = write(fd, b.data[i] + off, b.len[i] - off);
-				if (n < 0 && errno != EINTR)
-					die(EX_OSERR, "%s: writing its memory file: %s", files[i], strerror(errno));
-				if (n > 0)
-					off += (size_t)n;
-			}
-			if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0 ||
-			    lseek(fd, 0, SEEK_SET) != 0)
-				die(EX_OSERR, "%s: sealing its memory file: %s", files[i], strerror(errno));
-			b.memfd[i] = fd;
-		}
-	}
 	struct opts oo = *o;
 	oo.pipeline = o->pipeline > o->concurrency ? o->concurrency : o->pipeline;
 	b.o = &oo;
@@ -1271,12 +1240,8 @@ static int cmd_bench(const struct opts *o, int nfiles, char **files)
 		fprintf(stderr, "%s: bench: %ld of %ld requests failed; first: %s\n", prog, failed + lost, b.total,
 		        b.first_fail[0] ? b.first_fail : "no reply (timeout)");
 	}
-	for (int i = 0; i < nfiles; i++) {
+	for (int i = 0; i < nfiles; i++)
 		free(b.data[i]);
-		if (b.memfd)
-			close(b.memfd[i]);
-	}
-	free(b.memfd);
 	free(b.data);
 	free(b.len);
 	free(b.lat_ms);
@@ -1306,7 +1271,7 @@ static long num(const char *opt, const char *s, long min, long max)
 enum {
 	O_TLS_CA = 256, O_TLS_CERT, O_TLS_KEY, O_TLS_NAME, O_TLS_PIN, O_NO_TLS, O_VERIFIED, O_PWFILE,
 	O_CONC, O_REQS, O_PIPE, O_THREADS, O_JSON,
-	O_MIME, O_ON_FAILURE, O_ON_NO_KEY, O_HP, O_KEEP_ORIG, O_SPOOL, O_MAX_PLAIN, O_NO_RETRY, O_SK_IN, O_SK_OUT, O_STATUS_FD, O_PASS_FD,
+	O_MIME, O_ON_FAILURE, O_ON_NO_KEY, O_HP, O_KEEP_ORIG, O_SPOOL, O_MAX_PLAIN, O_NO_RETRY, O_SK_IN, O_SK_OUT, O_STATUS_FD,
 };
 
 /* --mime: one whole mail through the MIME decryptor (mail/pdmail.c). */
@@ -1424,7 +1389,6 @@ int main(int argc, char **argv)
 		{ "spool-dir", required_argument, NULL, O_SPOOL },
 		{ "max-plaintext", required_argument, NULL, O_MAX_PLAIN },
 		{ "no-retry", no_argument, NULL, O_NO_RETRY },
-		{ "pass-fd", no_argument, NULL, O_PASS_FD },
 		{ "with-session-key", required_argument, NULL, O_SK_IN },
 		{ "session-key-out", required_argument, NULL, O_SK_OUT },
 		{ "status-fd", required_argument, NULL, O_STATUS_FD },
@@ -1454,7 +1418,6 @@ int main(int argc, char **argv)
 			hostports[n_hostports++] = optarg;
 			break;
 		case O_NO_RETRY: o.cfg.no_retry = true; break;
-		case O_PASS_FD: o.pass_fd = true; break;
 		case 'o': o.output = optarg; break;
 		case 't': timeout_s = num("--timeout", optarg, 0, 86400); break;
 		case 'v': verbose = 1; break;

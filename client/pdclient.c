@@ -18,8 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -60,7 +58,6 @@ struct req {
 	bool resend;                /* answered SHUTTING_DOWN/OVERLOADED: send a fresh copy */
 	off_t in_start;             /* in_fd: offset at submit, -1 if it cannot seek */
 	int spool_fd;               /* in_fd that cannot seek: a copy of what was read, or -1 */
-	int mem_fd;                 /* PDC_INPUT_FD: the memory file passed with DECRYPT, or -1 */
 	off_t spool_len, spool_pos; /* octets in the copy; where a resend reads it */
 	bool replaying;             /* reading the copy before in_fd again */
 	unsigned attempts;          /* sends before this one */
@@ -83,9 +80,6 @@ struct pdc_conn {
 	uint8_t *out;               /* frames being written */
 	size_t out_cap, out_len, out_off;
 	bool out_secret;            /* out holds a password: wiped once sent */
-	int out_fds[8];             /* memory files to pass with out's first octet (PDC_INPUT_FD) */
-	unsigned n_out_fds;
-	bool unix_sock;             /* this connection is a Unix socket (descriptors can pass) */
 	uint8_t *rbuf;
 	struct req *head, *tail;    /* every request not yet done, in order */
 	uint32_t next_id;
@@ -544,8 +538,6 @@ static void req_free(struct req *r)
 {
 	if (r->spool_fd >= 0)
 		close(r->spool_fd);
-	if (r->mem_fd >= 0)
-		close(r->mem_fd);
 	if (r->password) {
 		explicit_bzero(r->password, r->d.password_len);
 		free(r->password);
@@ -630,7 +622,7 @@ static unsigned backoff_ms(unsigned attempt)
 /* Its source back at the first octet: 0, or why not. */
 static int rewind_input(struct req *r)
 {
-	if (!r->input_read || r->mem_fd >= 0)
+	if (!r->input_read)
 		return 0;
 	if (r->d.in_read)
 		return r->d.in_rewind ? r->d.in_rewind(r->d.arg) : -ESPIPE;
@@ -669,8 +661,6 @@ static int requeue(struct pdc_conn *c, struct req *r, bool same_conn)
 	n->in_start = r->in_start;
 	n->spool_fd = r->spool_fd; /* moved */
 	r->spool_fd = -1;
-	n->mem_fd = r->mem_fd; /* moved: the daemon reads it from its start again */
-	r->mem_fd = -1;
 	n->spool_len = n->spool_fd >= 0 ? r->spool_len : 0;
 	n->replaying = n->spool_len > 0;
 	n->input_read = n->spool_fd >= 0; /* the copy goes on growing as the pipe is read */
@@ -794,114 +784,20 @@ static int submit(struct pdc_conn *c, struct req *r)
 	return 0;
 }
 
-/* PDC_INPUT_FD: the ciphertext as a memory file the daemon can read
- * itself.  A memory file (memfd, tmpfs) read from its start is passed as it
- * is (a duplicate); anything else is copied into a new memfd, sealed so
- * that it stays what was sent.  The descriptor, or -errno. */
-static int make_mem_fd(const struct pdc_decrypt *d)
-{
-	if (d->in_fd >= 0 && fcntl(d->in_fd, F_GET_SEALS) >= 0 && lseek(d->in_fd, 0, SEEK_CUR) == 0) {
-		int fd = fcntl(d->in_fd, F_DUPFD_CLOEXEC, 3);
-		return fd < 0 ? -errno : fd;
-	}
-	int fd = memfd_create("pgpdecd-ciphertext", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0)
-		return -errno;
-	int err = 0;
-	if (d->in_buf) {
-		for (size_t off = 0; off < d->in_len && !err;) {
-			ssize_t n = write(fd, d->in_buf + off, d->in_len - off);
-			if (n > 0)
-				off += (size_t)n;
-			else if (n < 0 && errno != EINTR)
-				err = -errno;
-		}
-	} else if (d->in_fd >= 0) {
-		/* In the kernel where it can (a file), else through a buffer (a pipe). */
-		ssize_t n;
-		while ((n = sendfile(fd, d->in_fd, NULL, 1 << 30)) > 0 || (n < 0 && errno == EINTR))
-			;
-		if (n < 0 && (errno == EINVAL || errno == ENOSYS)) {
-			uint8_t *buf = malloc(1 << 20);
-			if (!buf)
-				err = -ENOMEM;
-			while (!err) {
-				ssize_t k = read(d->in_fd, buf, 1 << 20);
-				if (k == 0)
-					break;
-				if (k < 0) {
-					if (errno != EINTR)
-						err = -errno;
-					continue;
-				}
-				for (ssize_t off = 0; off < k && !err;) {
-					ssize_t w = write(fd, buf + off, (size_t)(k - off));
-					if (w > 0)
-						off += w;
-					else if (w < 0 && errno != EINTR)
-						err = -errno;
-				}
-			}
-			free(buf);
-		} else if (n < 0) {
-			err = -errno;
-		}
-	} else {
-		uint8_t *buf = malloc(1 << 16);
-		if (!buf)
-			err = -ENOMEM;
-		while (!err) {
-			ssize_t k = d->in_read(d->arg, buf, 1 << 16);
-			if (k == 0)
-				break;
-			if (k < 0) {
-				err = (int)k;
-				break;
-			}
-			for (ssize_t off = 0; off < k && !err;) {
-				ssize_t w = write(fd, buf + off, (size_t)(k - off));
-				if (w > 0)
-					off += w;
-				else if (w < 0 && errno != EINTR)
-					err = -errno;
-			}
-		}
-		free(buf);
-	}
-	if (!err && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
-		err = -errno;
-	if (err) {
-		close(fd);
-		return err;
-	}
-	return fd;
-}
-
 int pdc_submit_decrypt(struct pdc_conn *c, const struct pdc_decrypt *d)
 {
 	int srcs = (d->in_fd >= 0) + (d->in_buf != NULL || (d->in_len == 0 && d->in_fd < 0 && !d->in_read)) +
 	           (d->in_read != NULL);
 	if (srcs != 1 || d->password_len > PD_PASSWORD_MAX ||
-	    (d->flags & ~(PDC_VERIFIED_ONLY | PDC_WANT_METADATA | PDC_WANT_SESSION_KEY | PDC_INPUT_FD)) ||
+	    (d->flags & ~(PDC_VERIFIED_ONLY | PDC_WANT_METADATA | PDC_WANT_SESSION_KEY)) ||
 	    (d->session_key && (!d->session_key_len || d->session_key_len > PDC_SESSION_KEY_MAX)))
 		return -EINVAL;
-	if ((d->flags & PDC_INPUT_FD) && !c->unix_sock)
-		return -EPROTONOSUPPORT; /* descriptors pass over Unix sockets only */
 	struct req *r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	r->type = PD_FT_DECRYPT;
 	r->d = *d;
 	r->spool_fd = -1;
-	r->mem_fd = -1;
-	if (d->flags & PDC_INPUT_FD) {
-		int fd = make_mem_fd(d);
-		if (fd < 0) {
-			free(r);
-			return fd;
-		}
-		r->mem_fd = fd;
-	}
 	if (d->password) {
 		r->password = malloc(d->password_len + 1);
 		if (!r->password) {
@@ -931,7 +827,6 @@ static int submit_simple(struct pdc_conn *c, uint8_t type, int (*on_data)(void *
 	if (!r)
 		return -ENOMEM;
 	r->type = type;
-	r->mem_fd = -1;
 	r->d.in_fd = -1;
 	r->spool_fd = -1;
 	r->d.on_data = on_data;
@@ -1061,16 +956,9 @@ static void fill_out(struct pdc_conn *c)
 					dr.has_size_hint = true;
 					dr.size_hint = r->d.in_len;
 				}
-				if (r->mem_fd >= 0) {
-					/* Its descriptor goes with this buffer; no DATA or END follows. */
-					if (c->n_out_fds == sizeof(c->out_fds) / sizeof(c->out_fds[0]))
-						return;
-					c->out_fds[c->n_out_fds++] = r->mem_fd;
-					dr.has_size_hint = false;
-				}
 				n = pd_frame_encode_decrypt(o, room, r->id, &dr);
 				c->out_secret |= dr.password_len > 0 || dr.session_key_len > 0;
-				r->st = r->mem_fd >= 0 ? S_SENT : S_SENDING;
+				r->st = S_SENDING;
 			} else {
 				n = pd_frame_encode(o, room, r->type, r->id, NULL, 0);
 				r->st = S_SENT;
@@ -1110,42 +998,10 @@ static void fill_out(struct pdc_conn *c)
 	}
 }
 
-/* send() of what is left of out, with the memory files of its DECRYPT
- * frames (SCM_RIGHTS) on the first octet that goes: they reach the daemon no
- * later than the frames that take them, in order. */
-static ssize_t send_out(struct pdc_conn *c)
-{
-	if (!c->n_out_fds)
-		return xsend(c, c->out + c->out_off, c->out_len - c->out_off);
-	union {
-		char b[CMSG_SPACE(sizeof(c->out_fds))];
-		struct cmsghdr align;
-	} cm;
-	memset(&cm, 0, sizeof(cm));
-	struct iovec iov = { .iov_base = c->out + c->out_off, .iov_len = c->out_len - c->out_off };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
-	                     .msg_controllen = CMSG_SPACE(c->n_out_fds * sizeof(int)) };
-	struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
-	h->cmsg_level = SOL_SOCKET;
-	h->cmsg_type = SCM_RIGHTS;
-	h->cmsg_len = CMSG_LEN(c->n_out_fds * sizeof(int));
-	memcpy(CMSG_DATA(h), c->out_fds, c->n_out_fds * sizeof(int));
-	for (;;) {
-		ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
-		if (n >= 0) {
-			c->n_out_fds = 0; /* passed (the daemon holds its own copies) */
-			return n;
-		}
-		if (errno == EINTR)
-			continue;
-		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-	}
-}
-
 static int flush_out(struct pdc_conn *c)
 {
 	while (c->out_off < c->out_len) {
-		ssize_t n = send_out(c);
+		ssize_t n = xsend(c, c->out + c->out_off, c->out_len - c->out_off);
 		if (n == -EAGAIN)
 			return 0;
 		if (n < 0) {
@@ -1652,8 +1508,6 @@ static void transport_close(struct pdc_conn *c)
 	c->out = NULL;
 	c->out_cap = c->out_len = c->out_off = 0;
 	c->out_secret = false;
-	c->n_out_fds = 0; /* the requests own them */
-	c->unix_sock = false;
 	pd_frame_decoder_free(c->dec);
 	c->dec = NULL;
 	memset(&c->server, 0, sizeof(c->server));
@@ -1683,7 +1537,6 @@ static int transport_open(struct pdc_conn *c, size_t i, int64_t deadline, struct
 		if (r < 0)
 			return r;
 		c->fd = r;
-		c->unix_sock = true;
 		int fl = fcntl(c->fd, F_GETFL);
 		if (fl < 0 || fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) < 0)
 			return set_err(e, -errno, 0, "fcntl: %s", strerror(errno));

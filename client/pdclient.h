@@ -61,12 +61,6 @@ extern "C" {
 #define PDC_VERIFIED_ONLY 0x1u  /* the server holds all plaintext until verified */
 #define PDC_WANT_METADATA 0x2u  /* call on_metadata before the first plaintext */
 #define PDC_WANT_SESSION_KEY 0x4u /* a verified message's session key in the result, if the server allows */
-/* Pass the ciphertext to the daemon as a memory file (protocol INPUT_FD,
- * Unix sockets only, else pdc_submit_decrypt() says -EPROTONOSUPPORT): the
- * daemon reads it itself instead of receiving it in DATA frames.  in_fd, if
- * it is a memory file (memfd_create(2), tmpfs) at offset 0, is passed as it
- * is; any other source is copied into a sealed memfd at submit. */
-#define PDC_INPUT_FD 0x8u
 
 /* Why a result asked for a session key has none (session_key_refused) */
 #define PDC_SK_REFUSED_POLICY 1      /* the server does not export session keys to this client */

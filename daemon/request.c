@@ -2,12 +2,10 @@
 /* One reply owed to a client; DECRYPT requests drive a pd_msg through pool
  * jobs (see request.h). */
 #include <errno.h>
-#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <gcrypt.h>
 
@@ -67,13 +65,6 @@ struct pd_request {
 	size_t in_cap;
 	bool job_end;           /* snapshot: tell the engine the input ended */
 	bool end_told;
-	/* INPUT_FD: the ciphertext is this memory file's, read by the job
-	 * itself (pread from fd_off into jin); fd_eof and fd_off are the
-	 * job's, read on the loop only between jobs.  Closed only when no job
-	 * is out (a job may be inside pread). */
-	int in_fd;
-	bool fd_eof;
-	uint64_t fd_off, fd_counted;
 
 	/* Job results, read on the loop after done. */
 	struct pd_obuf *job_out;
@@ -245,7 +236,6 @@ static struct pd_request *alloc_req(const struct pd_request_owner *o, uint32_t i
 		return NULL;
 	r->o = o;
 	r->id = id;
-	r->in_fd = -1;
 	r->t_start = uv_hrtime();
 	static uint64_t seq;
 	r->seq = ++seq;
@@ -281,20 +271,11 @@ static struct pd_obuf *result_obuf(uint32_t id, uint16_t status, const char *err
  * their share of the memory budget back now, not when the session lets go
  * of the request (its output may wait long behind a slow head); jin only
  * once no job uses it. */
-static void close_input_fd(struct pd_request *r)
-{
-	if (r->in_fd >= 0) {
-		close(r->in_fd);
-		r->in_fd = -1;
-	}
-}
-
 static void drop_input(struct pd_request *r)
 {
 	pd_buf_free(&r->lin);
 	if (r->job_inflight)
 		return;
-	close_input_fd(r);
 	pd_buf_free(&r->jin);
 	if (r->mem_in) {
 		pd_budget_give(pd_adm_memory(), r->mem_in);
@@ -433,29 +414,6 @@ static void job_result(struct pd_request *r, struct frame_writer *fw, int err, s
 	r->m = pd_msg_free(r->m, w); /* handles go back to this worker's cache */
 }
 
-/* INPUT_FD: jin is used up (jpos at its end): read the next part of the
- * memory file into it.  A memory file never makes pread wait on a device
- * or another process (request.c checked it is one); a failed read ends the
- * input there, like a short file (TRUNCATED if the message is not whole). */
-static void fd_fill(struct pd_request *r, size_t *jpos)
-{
-	pd_buf_consume(&r->jin, *jpos);
-	*jpos = 0;
-	pd_buf_compact(&r->jin);
-	size_t room = pd_buf_tail_room(&r->jin);
-	ssize_t n;
-	do
-		n = pread(r->in_fd, pd_buf_tail(&r->jin), room, (off_t)r->fd_off);
-	while (n < 0 && errno == EINTR);
-	if (n > 0) {
-		pd_buf_commit(&r->jin, (size_t)n);
-		r->fd_off += (uint64_t)n;
-	} else {
-		r->fd_eof = true;
-		r->job_end = true;
-	}
-}
-
 static void job_work(struct pd_job *j, struct pd_worker *w)
 {
 	struct pd_request *r = container_of(j, struct pd_request, job);
@@ -473,8 +431,6 @@ static void job_work(struct pd_job *j, struct pd_worker *w)
 		return;
 	}
 	for (;;) {
-		if (r->in_fd >= 0 && !r->fd_eof && jpos == pd_buf_len(&r->jin))
-			fd_fill(r, &jpos);
 		/* Feed what we have. */
 		while (jpos < pd_buf_len(&r->jin) && pd_msg_input_space(r->m) > 0) {
 			size_t used = 0;
@@ -523,8 +479,6 @@ static void job_work(struct pd_job *j, struct pd_worker *w)
 				job_result(r, &fw, PD_ETRUNCATED, w);
 				goto out;
 			}
-			if (r->in_fd >= 0)
-				continue; /* read on (jin is used up) or tell the end */
 			r->wait = W_INPUT;
 			break;
 		}
@@ -585,7 +539,6 @@ static void free_req(struct pd_request *r)
 	/* Consumed ciphertext is wiped as it goes; only the rest is left. */
 	pd_buf_free(&r->lin);
 	pd_buf_free(&r->jin);
-	close_input_fd(r);
 	if (r->mem)
 		pd_budget_give(pd_adm_memory(), r->mem);
 	free(r);
@@ -642,11 +595,6 @@ static void job_done(struct pd_job *j)
 	r->job_out = NULL;
 
 	r->job_inflight = false;
-	if (r->fd_off > r->fd_counted) { /* INPUT_FD: what the job read */
-		pd_stats_bytes_in(r->fd_off - r->fd_counted);
-		r->bytes_in += r->fd_off - r->fd_counted;
-		r->fd_counted = r->fd_off;
-	}
 	if (!r->o) { /* the session went away while we worked */
 		pd_obuf_free(o);
 		count_outcome(r, PD_ST_INTERNAL);
@@ -735,7 +683,7 @@ void pd_request_kick(struct pd_request *r)
 		pd_buf_consume(&r->lin, n); /* overwritten or wiped later, see buf.h */
 		wake(r); /* room for more ciphertext */
 	}
-	r->job_end = r->in_fd >= 0 ? r->fd_eof : r->input_ended && !pd_buf_len(&r->lin);
+	r->job_end = r->input_ended && !pd_buf_len(&r->lin);
 	r->job.work = job_work;
 	r->job.done = job_done;
 	err = pd_pool_submit(pd_d.pool, &r->job);
@@ -747,42 +695,14 @@ void pd_request_kick(struct pd_request *r)
 	r->job_inflight = true;
 }
 
-static bool activate(struct pd_request *r);
-
-/* INPUT_FD: check the descriptor without touching its file system (two
- * fcntl calls: the loop never waits), then the request is whole: it takes
- * its slot and buffers now and its jobs read the file. */
-static void start_input_fd(struct pd_request *r)
-{
-	int fl = fcntl(r->in_fd, F_GETFL);
-	const char *why = NULL;
-	if (fl < 0 || (fl & O_PATH) || (fl & O_ACCMODE) == O_WRONLY)
-		why = "INPUT_FD: the descriptor passed is not open for reading";
-	else if (fcntl(r->in_fd, F_GET_SEALS) < 0)
-		why = "INPUT_FD: the descriptor passed is not a memory file (memfd_create(2), or a file on tmpfs)";
-	if (why) {
-		close_input_fd(r);
-		pd_request_abort(r, PD_ST_BAD_REQUEST, why);
-		return;
-	}
-	r->input_ended = true; /* no DATA or END frames come */
-	if (!activate(r))
-		return;
-	pd_request_kick(r);
-}
-
 int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owner *o, uint32_t id,
-                           const struct pd_decrypt_req *dr, bool may_export, int in_fd)
+                           const struct pd_decrypt_req *dr, bool may_export)
 {
 	const struct pd_config *c = pd_d.cfg;
 	struct pd_request *r = alloc_req(o, id);
 
-	if (!r) {
-		if (in_fd >= 0)
-			close(in_fd);
+	if (!r)
 		return -ENOMEM;
-	}
-	r->in_fd = in_fd; /* ours from here on, whatever becomes of the request */
 	r->decrypt = true;
 	r->verified_only = dr->flags & PD_DF_VERIFIED_ONLY;
 	r->want_meta = dr->flags & PD_DF_WANT_METADATA;
@@ -857,8 +777,6 @@ int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owne
 		r->skey_algo = dr->session_key_algo;
 		r->skey_given = true;
 	}
-	if (r->in_fd >= 0)
-		start_input_fd(r);
 	return 0;
 }
 

@@ -41,12 +41,9 @@ struct pd_request_owner {
 
 /** may_export: the peer may have the session key (peer.c), asked only when
  * dr has WANT_SESSION_KEY.  dr's password and session key are copied into
- * secure memory.  in_fd: -1, or (INPUT_FD) the descriptor passed with the
- * frame, which the request owns from this call on (closed even on error):
- * it must be a memory file open for reading, else RESULT BAD_REQUEST; the
- * request then expects no DATA or END. */
+ * secure memory. */
 int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owner *o, uint32_t id,
-                           const struct pd_decrypt_req *dr, bool may_export, int in_fd);
+                           const struct pd_decrypt_req *dr, bool may_export);
 /** A reply that is complete at birth: frames already encoded in out. */
 int pd_request_new_done(struct pd_request **ret, const struct pd_request_owner *o, uint32_t id,
                         struct pd_obuf_list *out);

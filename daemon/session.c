@@ -2,11 +2,9 @@
 /* One client connection: read buffer -> frame decoder -> ordered replies ->
  * writer (see session.h). */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "pd-config.h"
 #include "buf.h"
@@ -24,13 +22,6 @@
 #include "tls.h"
 
 #define RBUF_SIZE (64u << 10)
-/* INPUT_FD: descriptors a Unix peer passed that no DECRYPT frame has taken
- * yet.  Reading stops at FDS_READ_STOP (one read brings the descriptors of
- * one sendmsg at most, one for each DECRYPT of a well-behaved client); a
- * peer that gets past FDS_MAX (many descriptors in one message, or none of
- * them wanted) is failed, and every descriptor beyond is closed at once. */
-#define FDS_READ_STOP 8u
-#define FDS_MAX 16u
 #define FAIL_LINGER_MS 2000 /* an ERROR frame gets this long to leave */
 #define SWEEP_MS 250
 
@@ -84,8 +75,6 @@ struct pd_session {
 
 	struct pd_frame_decoder *dec;
 	struct pd_buf rb;         /* read buffer (RBUF_SIZE), buf.h */
-	int fds[FDS_MAX];         /* passed descriptors, oldest first (Unix, INPUT_FD) */
-	unsigned nfds;
 	struct pd_request_owner owner; /* what its requests may ask of it */
 	bool reading, eof, throttled;
 	bool tls_full;            /* the TLS layer stopped for want of read-buffer room */
@@ -127,7 +116,6 @@ static void update_reading(struct pd_session *s);
 static void finish_fail(struct pd_session *s);
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 static void on_idle(uv_idle_t *h);
-static int pop_fd(struct pd_session *s);
 
 /* ---------------------------------------------------------------- */
 /* Lifecycle state */
@@ -198,8 +186,6 @@ static void on_close(uv_handle_t *h)
 	pd_tls_free(s->tls);
 	pd_frame_decoder_free(s->dec);
 	pd_buf_free(&s->rb);
-	for (unsigned i = 0; i < s->nfds; i++)
-		close(s->fds[i]);
 	free(s->reqs);
 	free(s);
 }
@@ -583,16 +569,8 @@ static void handle_frame(struct pd_session *s, const struct pd_frame_hdr *h, con
 				session_fail(s, PD_ST_OVERLOADED, "out of memory");
 				return;
 			}
-			if (h->len >= 4 && (((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]) &
-			                    PD_DF_INPUT_FD)) {
-				/* Its descriptor came with it and no DATA or END follows. */
-				int fd = pop_fd(s);
-				if (fd >= 0)
-					close(fd);
-			} else {
-				s->rx_discard = true;
-				s->rx_discard_id = h->id;
-			}
+			s->rx_discard = true;
+			s->rx_discard_id = h->id;
 			add_reply(s, r);
 			return;
 		}
@@ -603,33 +581,13 @@ static void handle_frame(struct pd_session *s, const struct pd_frame_hdr *h, con
 			bool has_pin = s->tls && pd_tls_peer_sha256(s->tls, pin);
 			may_export = pd_peer_may_export(&s->peer, &s->io.s, has_pin ? pin : NULL);
 		}
-		int in_fd = -1;
-		if (dr.flags & PD_DF_INPUT_FD) {
-			if (s->peer.kind == PD_PEER_TCP) {
-				/* No DATA or END follows: nothing to discard. */
-				if (pd_reply_result(&l, h->id, PD_ST_BAD_REQUEST,
-				                    "INPUT_FD: descriptors are passed over a Unix socket only") < 0 ||
-				    pd_request_new_done(&r, &s->owner, h->id, &l) < 0) {
-					pd_obuf_list_clear(&l);
-					session_fail(s, PD_ST_OVERLOADED, "out of memory");
-					return;
-				}
-				add_reply(s, r);
-				return;
-			}
-			in_fd = pop_fd(s);
-			if (in_fd < 0) {
-				session_fail(s, PD_ST_PROTOCOL, "DECRYPT with INPUT_FD, but no descriptor was passed with it");
-				return;
-			}
-		}
-		err = pd_request_new_decrypt(&r, &s->owner, h->id, &dr, may_export, in_fd);
+		err = pd_request_new_decrypt(&r, &s->owner, h->id, &dr, may_export);
 		if (err < 0) {
 			session_fail(s, PD_ST_OVERLOADED, "out of memory");
 			return;
 		}
 		add_reply(s, r);
-		if (!is_ending(s) && in_fd < 0)
+		if (!is_ending(s))
 			s->rx = r;
 		return;
 	}
@@ -684,7 +642,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 static void update_reading(struct pd_session *s)
 {
 	uint8_t *p;
-	bool want = !is_closing(s) && !s->eof && s->nfds < FDS_READ_STOP &&
+	bool want = !is_closing(s) && !s->eof &&
 	            (s->tls ? pd_tls_in_room(s->tls, &p) > 0 : pd_buf_tail_room(&s->rb) > 0);
 	if (want && !s->reading) {
 		if (uv_read_start(&s->io.s, on_alloc, on_read) == 0)
@@ -695,66 +653,12 @@ static void update_reading(struct pd_session *s)
 	}
 }
 
-static void free_handle(uv_handle_t *h) { free(h); }
-
-/* The descriptors libuv received with the last read: into s->fds (false:
- * the session failed).  libuv hands a descriptor only through uv_accept()
- * into a handle: a pipe handle takes any descriptor; we keep a duplicate and
- * close the handle. */
-static bool take_fds(struct pd_session *s)
-{
-	if (s->peer.kind == PD_PEER_TCP)
-		return true;
-	while (uv_pipe_pending_count(&s->io.pipe) > 0) {
-		uv_pipe_t *h = malloc(sizeof(*h));
-		int fd = -1;
-		if (h && uv_pipe_init(pd_d.loop, h, 0) == 0) {
-			uv_os_fd_t ufd;
-			if (uv_accept(&s->io.s, (uv_stream_t *)h) == 0 && uv_fileno((uv_handle_t *)h, &ufd) == 0)
-				fd = fcntl(ufd, F_DUPFD_CLOEXEC, 3);
-			uv_close((uv_handle_t *)h, free_handle);
-		} else {
-			free(h);
-			/* Cannot take it: libuv still holds it; the session ends and
-			 * closing the pipe closes what it holds. */
-			session_fail(s, PD_ST_OVERLOADED, "out of memory");
-			return false;
-		}
-		if (fd < 0)
-			continue; /* accept closed it, or the duplicate failed: nothing held */
-		if (is_ending(s) || s->nfds == FDS_MAX) {
-			close(fd);
-			if (!is_ending(s))
-				session_fail(s, PD_ST_PROTOCOL, "more descriptors passed than DECRYPT frames with INPUT_FD take");
-			continue; /* and close every other one */
-		}
-		s->fds[s->nfds++] = fd;
-	}
-	return !is_ending(s);
-}
-
-static int pop_fd(struct pd_session *s)
-{
-	if (!s->nfds)
-		return -1;
-	int fd = s->fds[0];
-	memmove(s->fds, s->fds + 1, --s->nfds * sizeof(s->fds[0]));
-	return fd;
-}
-
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
 	struct pd_session *s = st->data;
 
 	if (nread == 0 || is_closing(s))
 		return;
-	if (nread > 0 && s->peer.kind != PD_PEER_TCP && uv_pipe_pending_count(&s->io.pipe) > 0) {
-		bool was_ending = is_ending(s);
-		if (!take_fds(s) && !was_ending) {
-			explicit_bzero(buf->base, (size_t)nread);
-			return;
-		}
-	}
 	if (is_ending(s)) { /* after ERROR: drain until the peer closes */
 		if (nread < 0)
 			pd_session_close(s);
@@ -960,9 +864,7 @@ struct pd_session *pd_session_alloc(enum pd_peer_kind kind, bool tls)
 		return NULL;
 	s->peer.kind = kind;
 	s->tls_wanted = kind == PD_PEER_TCP && tls;
-	/* A Unix connection is an IPC pipe to libuv: it reads with recvmsg and
-	 * keeps descriptors passed (INPUT_FD) for take_fds(). */
-	r = kind == PD_PEER_TCP ? uv_tcp_init(pd_d.loop, &s->io.tcp) : uv_pipe_init(pd_d.loop, &s->io.pipe, 1);
+	r = kind == PD_PEER_TCP ? uv_tcp_init(pd_d.loop, &s->io.tcp) : uv_pipe_init(pd_d.loop, &s->io.pipe, 0);
 	if (r < 0) {
 		free(s);
 		return NULL;

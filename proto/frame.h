@@ -61,8 +61,7 @@ enum pd_frame_role {
 #define PD_DF_VERIFIED_ONLY 0x1u  /* hold all plaintext until the message is verified */
 #define PD_DF_WANT_METADATA 0x2u  /* send a METADATA frame before the plaintext */
 #define PD_DF_WANT_SESSION_KEY 0x4u /* RESULT OK carries the session key, if the server allows it */
-#define PD_DF_INPUT_FD 0x8u       /* the ciphertext is the memory file passed with the frame (Unix sockets) */
-#define PD_DF_KNOWN 0xfu          /* flags this version defines; others are a bad request */
+#define PD_DF_KNOWN 0x7u          /* flags this version defines; others are a bad request */
 
 /* TLV tags.  Tags with bit 0x80 set are critical: a receiver that does not
  * know one must reject the frame (BAD_REQUEST in a request). */
