@@ -123,14 +123,19 @@ static void put_build_info(FILE *f)
 {
 	const char *gcrypt, *openssl;
 	pd_lib_versions(&gcrypt, &openssl);
-	/* The backend of the key set in use: rsa-backend may change on reload. */
-	const char *backend = !pd_d.keys ? "none" :
-	                      pd_keyring_backend(pd_keyset_ring(pd_d.keys)) == PD_RSA_OPENSSL ? "openssl" : "gcrypt";
-	fputs("# HELP pgpdecd_build_info Version of the daemon, its RSA backend and the libraries it runs with.\n"
+	/* The backends of the key set in use (resolved: never "default"):
+	 * rsa-backend and ecdh-backend may change on reload. */
+	const struct pd_keyring *kr = pd_d.keys ? pd_keyset_ring(pd_d.keys) : NULL;
+	const char *backend = !kr ? "none" : pd_keyring_backend(kr) == PD_RSA_OPENSSL ? "openssl" : "gcrypt";
+	const char *ecdh = !kr ? "none" : pd_keyring_ecdh_backend(kr) == PD_ECDH_OPENSSL ? "openssl" : "gcrypt";
+	fputs("# HELP pgpdecd_build_info Version of the daemon, its RSA and ECDH backends and the libraries it runs "
+	      "with.\n"
 	      "# TYPE pgpdecd_build_info gauge\npgpdecd_build_info{", f);
 	put_label(f, "version", PD_VERSION);
 	fputc(',', f);
 	put_label(f, "rsa_backend", backend);
+	fputc(',', f);
+	put_label(f, "ecdh_backend", ecdh);
 	fputc(',', f);
 	put_label(f, "libgcrypt", gcrypt);
 	fputc(',', f);

@@ -133,7 +133,8 @@ def stopped_clean(d):
 def test_scrape_counters_process_and_build_info(world, tmp_path):
     port = free_port()
     t0 = time.time()
-    d = Daemon(world, tmp_path, "--metrics-listen", f"127.0.0.1:{port}", "--rsa-backend", "openssl")
+    d = Daemon(world, tmp_path, "--metrics-listen", f"127.0.0.1:{port}", "--rsa-backend", "openssl",
+               "--ecdh-backend", "openssl")
     try:
         sent = requests_three(world, d)
         stats = d.client().stats()  # the STATS reply, before the scrape
@@ -165,7 +166,8 @@ def test_scrape_counters_process_and_build_info(world, tmp_path):
         assert 0 < vals["process_cpu_seconds_total"] < (time.time() - t0) * os.cpu_count() + 1
         info = build_info(vals)
         version = subprocess.run([PGPDECD, "--version"], capture_output=True, text=True).stdout.split()[1]
-        assert info == {"version": version, "rsa_backend": "openssl", "libgcrypt": modversion("libgcrypt"),
+        assert info == {"version": version, "rsa_backend": "openssl", "ecdh_backend": "openssl",
+                        "libgcrypt": modversion("libgcrypt"),
                         "openssl": modversion("libcrypto"), "gnutls": modversion("gnutls"),
                         "libuv": modversion("libuv"), "libmicrohttpd": modversion("libmicrohttpd")}, info
         # HEAD: the headers alone.
@@ -184,9 +186,11 @@ def test_scrape_counters_process_and_build_info(world, tmp_path):
 
 def test_build_info_names_the_backend_in_use(world, tmp_path):
     port = free_port()
-    d = Daemon(world, tmp_path, "--metrics-listen", str(port), "--rsa-backend", "gcrypt")  # a port alone
+    d = Daemon(world, tmp_path, "--metrics-listen", str(port), "--rsa-backend", "gcrypt",  # a port alone
+               "--ecdh-backend", "gcrypt")
     try:
-        assert build_info(pdwire.parse_prometheus(scrape(port)))["rsa_backend"] == "gcrypt"
+        info = build_info(pdwire.parse_prometheus(scrape(port)))
+        assert info["rsa_backend"] == "gcrypt" and info["ecdh_backend"] == "gcrypt", info
     finally:
         stopped_clean(d)
 
