@@ -16,11 +16,13 @@
  * load, and a load that leaves no decryption key fails anyway.
  */
 #include <dirent.h>
-#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <gcrypt.h>
 #include <limits.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -28,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -141,6 +144,8 @@ static void strv_free(char **v, size_t n)
 		free(v[i]);
 	free(v);
 }
+
+static void keyset_free(struct pd_keyset *ks);
 
 /* ------------------------------------------------------------------ */
 /* One load */
@@ -875,7 +880,7 @@ int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, char *err,
 	free(L.maps);
 	free(L.other);
 	if (r < 0) {
-		pd_keyset_unref(L.ks);
+		keyset_free(L.ks); /* here: a load blocks anyway, and pd_lib_deinit may follow */
 		return r;
 	}
 	*ret = L.ks;
@@ -888,10 +893,8 @@ struct pd_keyset *pd_keyset_ref(struct pd_keyset *ks)
 	return ks;
 }
 
-struct pd_keyset *pd_keyset_unref(struct pd_keyset *ks)
+static void keyset_free(struct pd_keyset *ks)
 {
-	if (!ks || atomic_fetch_sub_explicit(&ks->n_ref, 1, memory_order_acq_rel) != 1)
-		return NULL;
 	for (size_t i = 0; i < ks->nsrc; i++)
 		free(ks->src[i]);
 	free(ks->src);
@@ -899,7 +902,82 @@ struct pd_keyset *pd_keyset_unref(struct pd_keyset *ks)
 	strv_free(ks->files, ks->nfiles);
 	free(ks->listing);
 	free(ks);
+}
+
+/* The last reference to a set is mostly dropped on the loop thread (the
+ * reload's swap, or the last request that used the old set), and freeing
+ * a large set is slow: 10,000 keys took 117-268 ms there (every RSA and
+ * ECDH key's OpenSSL objects and libgcrypt MPIs, each wiped), a stall of
+ * every connection.  So a set is freed on a short-lived thread of its own,
+ * like the reload's; pd_keyset_wait_freed() waits for those at exit. */
+static pthread_mutex_t reap_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t reap_done = PTHREAD_COND_INITIALIZER;
+static unsigned reaping; /* sets handed to a thread and not freed yet */
+
+static double ms_between(const struct timespec *a, const struct timespec *b)
+{
+	return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) / 1e6;
+}
+
+static void *reap_thread(void *arg)
+{
+	struct pd_keyset *ks = arg;
+	size_t n = ks->count;
+	struct timespec t0, t1, t2;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	keyset_free(ks);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	/* The load's threads allocated the set in malloc arenas of their own,
+	 * and a later load's threads take the arenas last released, so the
+	 * pages of the freed set stayed resident (a 10,000-key daemon went
+	 * from 189 MiB to 470 MiB over two reloads): hand them back. */
+	malloc_trim(0);
+	clock_gettime(CLOCK_MONOTONIC, &t2);
+	pd_log_debug("SYS", "old key set of %zu keys freed in %.1f ms, memory trimmed in %.1f ms", n,
+	             ms_between(&t0, &t1), ms_between(&t1, &t2));
+	pthread_mutex_lock(&reap_lock);
+	if (!--reaping)
+		pthread_cond_broadcast(&reap_done);
+	pthread_mutex_unlock(&reap_lock);
 	return NULL;
+}
+
+struct pd_keyset *pd_keyset_unref(struct pd_keyset *ks)
+{
+	if (!ks || atomic_fetch_sub_explicit(&ks->n_ref, 1, memory_order_acq_rel) != 1)
+		return NULL;
+	pthread_attr_t attr;
+	pthread_t t;
+	sigset_t all, old;
+	int r = pthread_attr_init(&attr);
+	if (r == 0) {
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		pthread_mutex_lock(&reap_lock);
+		reaping++;
+		pthread_mutex_unlock(&reap_lock);
+		sigfillset(&all); /* signals stay the loop's */
+		pthread_sigmask(SIG_BLOCK, &all, &old);
+		r = pthread_create(&t, &attr, reap_thread, ks);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		pthread_attr_destroy(&attr);
+		if (r == 0)
+			return NULL;
+		pthread_mutex_lock(&reap_lock);
+		reaping--;
+		pthread_mutex_unlock(&reap_lock);
+	}
+	/* No thread to be had: free it here, slow as it is, rather than keep it. */
+	pd_log_warn("SYS", "freeing %zu keys on this thread: cannot start a thread: %s", ks->count, strerror(r));
+	keyset_free(ks);
+	return NULL;
+}
+
+void pd_keyset_wait_freed(void)
+{
+	pthread_mutex_lock(&reap_lock);
+	while (reaping)
+		pthread_cond_wait(&reap_done, &reap_lock);
+	pthread_mutex_unlock(&reap_lock);
 }
 
 const struct pd_keyring *pd_keyset_ring(const struct pd_keyset *ks) { return ks->kr; }

@@ -430,6 +430,7 @@ int main(int argc, char **argv)
 	if (r < 0)
 		pd_log_warn("SYS", "loop closed with handles open: %s", uv_strerror(r));
 	pd_keyset_unref(pd_d.keys);
+	pd_keyset_wait_freed(); /* their secrets are in the secure heaps pd_lib_deinit frees */
 	pd_tls_creds_unref(pd_d.tls_creds);
 	pd_config_free(pd_d.cfg);
 	pd_lib_deinit();
