@@ -12,7 +12,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from conftest import HERE, LEAN  # noqa: E402
+from conftest import HERE, LEAN, kill_gpg_agent  # noqa: E402
 from test_client import CLIENT, run as client  # noqa: E402
 from test_daemon import PGPDECD, Daemon  # noqa: E402
 
@@ -92,8 +92,11 @@ def test_wrong_password_v4_skesk(v6daemon, matrix, tmp_path):
     home = tmp_path / "g"
     home.mkdir(mode=0o700)
     msg = tmp_path / "c.gpg"
-    subprocess.run(["gpg", "--homedir", str(home), "--batch", "--pinentry-mode", "loopback", "--passphrase",
-                    "password", "-o", str(msg), "-c"], input=b"hello v4", check=True, capture_output=True)
+    try:
+        subprocess.run(["gpg", "--homedir", str(home), "--batch", "--pinentry-mode", "loopback", "--passphrase",
+                        "password", "-o", str(msg), "-c"], input=b"hello v4", check=True, capture_output=True)
+    finally:
+        kill_gpg_agent(home)  # gpg -c started one for this home; left, it outlived the run
     r = decrypt(v6daemon, msg, "--password-file", v6daemon.pwfile)
     assert r.returncode == 0 and r.stdout == b"hello v4", r.stderr
     r = decrypt(v6daemon, msg, "--password-file", v6daemon.badpw)
