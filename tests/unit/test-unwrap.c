@@ -54,6 +54,37 @@ static struct pd_key *key_new(uint8_t algo)
 	return k;
 }
 
+/* A Weierstrass ECDH key made by libgcrypt on curve name (its keypair in
+ * *kp, for the caller's encryptions): q of ptlen octets, d, the KDF and
+ * KEK given, a random fingerprint of fpr_len octets, set up for ecdh_be. */
+static struct pd_key *ecdh_key_gen(enum pd_curve c, const char *name, size_t ptlen, uint8_t hash, uint8_t kek,
+                                   size_t fpr_len, gcry_sexp_t *kp)
+{
+	gcry_sexp_t parms, l;
+	assert_int_equal(gcry_sexp_build(&parms, NULL, "(genkey(ecc(curve %s)))", name), 0);
+	assert_int_equal(gcry_pk_genkey(kp, parms), 0);
+	gcry_sexp_release(parms);
+	struct pd_key *k = key_new(PD_PK_ECDH);
+	k->curve = c;
+	k->kdf_hash = hash;
+	k->kdf_kek = kek;
+	k->fpr_len = (uint8_t)fpr_len;
+	gcry_randomize(k->fpr, k->fpr_len, GCRY_WEAK_RANDOM);
+	l = gcry_sexp_find_token(*kp, "q", 0);
+	size_t qn;
+	const char *q = gcry_sexp_nth_data(l, 1, &qn);
+	assert_int_equal(qn, ptlen);
+	memcpy(k->q, q, qn);
+	k->q_len = qn;
+	gcry_sexp_release(l);
+	l = gcry_sexp_find_token(*kp, "d", 0);
+	k->x = gcry_sexp_nth_mpi(l, 1, GCRYMPI_FMT_USG);
+	assert_non_null(k->x);
+	gcry_sexp_release(l);
+	ecdh_ready(k);
+	return k;
+}
+
 static void key_free(struct pd_key *k)
 {
 	if (k->pk_algo == PD_PK_RSA)
@@ -652,30 +683,10 @@ static void test_ecdh_weierstrass(void **state)
 	};
 	for (size_t ci = 0; ci < PD_ARRAY_SIZE(curves); ci++) {
 		const size_t fs = curves[ci].fsize, ptlen = 1 + 2 * fs;
-		gcry_sexp_t parms, kp, l;
-		assert_int_equal(gcry_sexp_build(&parms, NULL, "(genkey(ecc(curve %s)))", curves[ci].name), 0);
-		assert_int_equal(gcry_pk_genkey(&kp, parms), 0);
-		gcry_sexp_release(parms);
-
-		struct pd_key *k = key_new(PD_PK_ECDH);
-		k->curve = curves[ci].c;
-		k->kdf_hash = curves[ci].hash;
-		k->kdf_kek = curves[ci].kek;
-		k->fpr_len = ci % 2 ? 32 : 20; /* v6 and v4 recipients */
-		gcry_randomize(k->fpr, k->fpr_len, GCRY_WEAK_RANDOM);
-		l = gcry_sexp_find_token(kp, "q", 0);
-		size_t qn;
-		const char *q = gcry_sexp_nth_data(l, 1, &qn);
-		assert_int_equal(qn, ptlen);
-		memcpy(k->q, q, qn);
-		k->q_len = qn;
-		gcry_sexp_release(l);
-		l = gcry_sexp_find_token(kp, "d", 0);
-		k->x = gcry_sexp_nth_mpi(l, 1, GCRYMPI_FMT_USG);
-		assert_non_null(k->x);
-		gcry_sexp_release(l);
+		gcry_sexp_t kp, l;
+		struct pd_key *k = ecdh_key_gen(curves[ci].c, curves[ci].name, ptlen, curves[ci].hash, curves[ci].kek,
+		                                ci % 2 ? 32 : 20 /* v6 and v4 recipients */, &kp);
 		gcry_sexp_release(kp);
-		ecdh_ready(k);
 		size_t oidlen;
 		const uint8_t *oid = pd_curve_oid(k->curve, &oidlen);
 
@@ -796,26 +807,9 @@ static void test_ecdh_noncanonical(void **state)
 	size_t badlen = 0;
 	for (size_t ci = 0; ci < PD_ARRAY_SIZE(curves); ci++) {
 		const size_t fs = curves[ci].fsize, ptlen = 1 + 2 * fs;
-		gcry_sexp_t parms, kp, l;
-		assert_int_equal(gcry_sexp_build(&parms, NULL, "(genkey(ecc(curve %s)))", curves[ci].name), 0);
-		assert_int_equal(gcry_pk_genkey(&kp, parms), 0);
-		gcry_sexp_release(parms);
-		struct pd_key *k = key_new(PD_PK_ECDH);
-		k->curve = curves[ci].c;
-		k->kdf_hash = curves[ci].hash;
-		k->kdf_kek = curves[ci].kek;
-		k->fpr_len = 20;
-		gcry_randomize(k->fpr, k->fpr_len, GCRY_WEAK_RANDOM);
-		l = gcry_sexp_find_token(kp, "q", 0);
-		size_t qn;
-		memcpy(k->q, gcry_sexp_nth_data(l, 1, &qn), ptlen);
-		assert_int_equal(qn, ptlen);
-		k->q_len = qn;
-		gcry_sexp_release(l);
-		l = gcry_sexp_find_token(kp, "d", 0);
-		k->x = gcry_sexp_nth_mpi(l, 1, GCRYMPI_FMT_USG);
-		gcry_sexp_release(l);
-		ecdh_ready(k);
+		gcry_sexp_t kp, l;
+		struct pd_key *k = ecdh_key_gen(curves[ci].c, curves[ci].name, ptlen, curves[ci].hash, curves[ci].kek,
+		                                20, &kp);
 		/* p, from libgcrypt's curve parameters. */
 		gcry_sexp_t cp = gcry_pk_get_param(GCRY_PK_ECC, curves[ci].name);
 		assert_non_null(cp);
