@@ -165,6 +165,7 @@ struct passmap {
 
 struct load {
 	const struct pd_config *c;
+	unsigned workers;     /* per-worker key state slots (pd_keyring_set_workers), or 0 */
 	struct pd_keyset *ks;
 	char *err;
 	size_t errlen;
@@ -511,6 +512,8 @@ static void unlock_file(const struct load *L, enum pd_rsa_backend be, struct job
 	j->r = pd_keyring_new(&j->kr, be);
 	if (j->r == 0) /* the ECDH backend of the ring it is merged into */
 		j->r = pd_keyring_set_ecdh_backend(j->kr, pd_keyring_ecdh_backend(L->ks->kr));
+	if (j->r == 0 && L->workers)
+		j->r = pd_keyring_set_workers(j->kr, L->workers);
 	if (j->r == 0)
 		j->r = pd_keyring_add_report(j->kr, data, len, pass, passlen, on_skip, j, j->detail, sizeof(j->detail));
 out:
@@ -792,6 +795,8 @@ static int load(struct load *L)
 	r = pd_keyring_new(&L->ks->kr, be);
 	if (r == 0)
 		r = pd_keyring_set_ecdh_backend(L->ks->kr, ecdh_be);
+	if (r == 0 && L->workers)
+		r = pd_keyring_set_workers(L->ks->kr, L->workers);
 	if (r < 0)
 		return fail(L, r, "key ring: %s", pd_strerror(r));
 	if (c->keydir) {
@@ -862,9 +867,9 @@ size_t pd_keyset_secmem_auto(const struct pd_config *c, uint64_t *ret_bytes, siz
 	return (size_t)want;
 }
 
-int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, char *err, size_t errlen)
+int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, unsigned workers, char *err, size_t errlen)
 {
-	struct load L = { .c = c, .err = err, .errlen = errlen };
+	struct load L = { .c = c, .workers = workers, .err = err, .errlen = errlen };
 	int r;
 
 	L.ks = calloc(1, sizeof(*L.ks));

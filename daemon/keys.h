@@ -21,8 +21,10 @@ struct pd_keyset;
  * see keys.c).  Unusable keys and files are skipped with a warning
  * (strict-keys: they fail the load).  All or nothing: any failure, and a
  * load that leaves no decryption key, leaves *ret untouched and writes why
- * to err.  Blocking: call from a helper thread or before the loop. */
-int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, char *err, size_t errlen);
+ * to err.  Blocking: call from a helper thread or before the loop.
+ * workers: the pool's threads (0: PD_MAX_WORKERS); each key keeps prepared
+ * per-worker state for that many (pd_keyring_set_workers). */
+int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, unsigned workers, char *err, size_t errlen);
 /** secmem-size 0 (the default): the secure memory the key files of c
  * want, at start.  Twice the bytes of the key files (an unlocked key takes
  * up to about 1.6 times its file's size in libgcrypt's secure memory and

@@ -196,7 +196,8 @@ static void *reload_main(void *arg)
 	m.reload_note[0] = 0;
 	m.reload_err = pd_config_load(&m.new_cfg, m.argc, m.argv, m.reload_msg, sizeof(m.reload_msg));
 	if (m.reload_err == 0)
-		m.reload_err = pd_keyset_load(&m.new_keys, m.new_cfg, m.reload_msg, sizeof(m.reload_msg));
+		m.reload_err = pd_keyset_load(&m.new_keys, m.new_cfg, pd_pool_threads(pd_d.pool), m.reload_msg,
+		                              sizeof(m.reload_msg)); /* workers change at restart only */
 	m.new_tls = NULL;
 	if (m.reload_err == 0 && pd_config_tls(m.new_cfg)) {
 		m.reload_err = pd_tls_creds_load(&m.new_tls, m.new_cfg, m.reload_msg, sizeof(m.reload_msg));
@@ -362,7 +363,7 @@ int main(int argc, char **argv)
 	if (!pd_d.cfg->secmem_size)
 		pd_log_info("SYS", "secure memory: %zuM (secmem-size 0: twice the %llu bytes of %zu key files and 1M, "
 		            "at least 4M)", secmem >> 20, (unsigned long long)key_bytes, key_files);
-	r = pd_keyset_load(&pd_d.keys, pd_d.cfg, err, sizeof(err));
+	r = pd_keyset_load(&pd_d.keys, pd_d.cfg, pd_pool_resolve_threads(pd_d.cfg->workers), err, sizeof(err));
 	if (r < 0) {
 		pd_log_err("SYS", "%s", err);
 		pd_lib_deinit();

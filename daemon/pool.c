@@ -262,6 +262,12 @@ static unsigned ncpus(void)
 	return n > 0 ? (unsigned)n : 1;
 }
 
+unsigned pd_pool_resolve_threads(unsigned configured)
+{
+	unsigned n = configured ? configured : ncpus();
+	return n > PD_MAX_WORKERS ? PD_MAX_WORKERS : n;
+}
+
 static void free_pool(struct pd_pool *p)
 {
 	for (unsigned i = 0; i < p->n_threads; i++)
@@ -284,10 +290,7 @@ int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsign
 
 	if (!p)
 		return -ENOMEM;
-	if (!nthreads)
-		nthreads = ncpus();
-	if (nthreads > PD_MAX_WORKERS)
-		nthreads = PD_MAX_WORKERS;
+	nthreads = pd_pool_resolve_threads(nthreads);
 	p->loop = loop;
 	p->efd = -1;
 	p->queue_max = queue_max;

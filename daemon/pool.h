@@ -47,6 +47,10 @@ unsigned pd_pool_running(const struct pd_pool *p);
 unsigned long long pd_pool_helped(const struct pd_pool *p);
 /** Number of worker threads. */
 unsigned pd_pool_threads(const struct pd_pool *p);
+/** The number of worker threads pd_pool_new() makes for `configured` (the
+ * workers setting; 0: one per CPU this process may run on), at most
+ * PD_MAX_WORKERS.  Any thread. */
+unsigned pd_pool_resolve_threads(unsigned configured);
 /** Stop: workers finish the job they run and exit (joined here, blocking),
  * queued jobs complete as cancelled, then the poll handle closes and the
  * pool is freed.  Loop thread only. */

@@ -164,6 +164,15 @@ enum pd_ecdh_backend {
 PD_API int pd_keyring_set_ecdh_backend(struct pd_keyring *kr, enum pd_ecdh_backend backend);
 /** The ECDH backend its keys use (never PD_ECDH_DEFAULT). */
 PD_API enum pd_ecdh_backend pd_keyring_ecdh_backend(const struct pd_keyring *kr);
+/** How many workers (pd_worker_new indexes 0..n-1) keep prepared per-key
+ * state (OpenSSL contexts, the RSA split state) for the keys added from
+ * now on; a worker whose index is n or more still works, with state made
+ * and freed per operation.  A new ring has PD_MAX_WORKERS; a process with
+ * fewer workers sets its count, so that a key holds n slots and not 256
+ * (4 KiB per RSA key, 2 KiB per ECDH key: 40-60 MiB over 10,000 keys).
+ * -EINVAL for 0 or more than PD_MAX_WORKERS, -EBUSY once the ring holds
+ * keys. */
+PD_API int pd_keyring_set_workers(struct pd_keyring *kr, unsigned n);
 /** Add every secret key in data (binary or armored, several keys allowed),
  * unlocking protected ones with pass (may be NULL).  A decryption key is a
  * secret (sub)key of an encryption algorithm whose key flags (RFC 9580
@@ -226,7 +235,7 @@ PD_API int pd_keyring_add_report(struct pd_keyring *kr, const uint8_t *data, siz
  * in parallel: each thread fills its own ring with pd_keyring_add(), one
  * thread merges them in file order, and the result is the ring adding the
  * files one after another would have made.  Both rings must use the same
- * RSA backend and the same ECDH backend.  Returns the number of keys added, or a negative error and
+ * RSA backend, the same ECDH backend and the same worker count.  Returns the number of keys added, or a negative error and
  * then nothing moved and from is still the caller's: -EINVAL, -ENOMEM,
  * PD_ELIMIT (the ring would pass its cap of keys). */
 PD_API int pd_keyring_merge(struct pd_keyring *kr, struct pd_keyring *from, char *detail, size_t detail_len);

@@ -232,7 +232,9 @@ static int setup_openssl(struct pd_key *k)
 		if (!pkey)
 			goto fail;
 	}
-	k->ecdh_ctx = calloc(PD_MAX_WORKERS, sizeof(void *));
+	if (!k->slots) /* a key made outside a ring (tests) */
+		k->slots = PD_MAX_WORKERS;
+	k->ecdh_ctx = calloc(k->slots, sizeof(void *));
 	if (!k->ecdh_ctx) {
 		r = -ENOMEM;
 		goto out;
@@ -273,7 +275,7 @@ void pd_ecdh_cleanup(struct pd_key *k)
 	if (!k)
 		return;
 	if (k->ecdh_ctx) {
-		for (size_t i = 0; i < PD_MAX_WORKERS; i++)
+		for (size_t i = 0; i < k->slots; i++)
 			ecdh_worker_free(k->ecdh_ctx[i]);
 		free(k->ecdh_ctx);
 		k->ecdh_ctx = NULL;
@@ -348,7 +350,7 @@ static int derive_openssl(const struct pd_key *k, unsigned worker, const uint8_t
 
 	if (!k->ecdh_pkey || !k->ecdh_ctx)
 		return PD_EINTERNAL;
-	if (worker < PD_MAX_WORKERS)
+	if (worker < k->slots)
 		ew = k->ecdh_ctx[worker];
 	if (!ew) {
 		ew = ecdh_worker_new(k, type);
@@ -358,7 +360,7 @@ static int derive_openssl(const struct pd_key *k, unsigned worker, const uint8_t
 		}
 		/* Only worker `worker` ever touches this slot (pgp/key.h), so the
 		 * lazy fill needs no lock; out-of-range callers get a one-off. */
-		if (worker < PD_MAX_WORKERS)
+		if (worker < k->slots)
 			k->ecdh_ctx[worker] = ew;
 		else
 			tmp = ew;

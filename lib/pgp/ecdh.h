@@ -34,7 +34,7 @@ PD_HIDDEN void pd_ecdh_cleanup(struct pd_key *k);
  *   point (out_len = field size).  A point not on the curve is a public
  *   fact: PD_EMALFORMED.
  * Other errors are for public reasons or resources only.  worker selects
- * the per-worker context (>= PD_MAX_WORKERS: a one-off one).
+ * the per-worker context (k->slots or more: a one-off one).
  */
 PD_HIDDEN int pd_ecdh_derive(const struct pd_key *k, unsigned worker, const uint8_t *peer, size_t peer_len,
                              uint8_t *out, size_t out_len);

@@ -2,8 +2,10 @@
 /*
  * One unlocked secret (sub)key, as the key ring holds it, and the key ring's
  * lookup functions.  Keys are immutable after pd_keyring_add() returns, with
- * one exception: rsa_ctx[i], rsa_crtw[i] and ecdh_ctx[i] are filled lazily
- * by worker i only (each worker touches its own slot, so no lock is needed).
+ * one exception: rsa_ctx[i], rsa_crtw[i] and ecdh_ctx[i] (i < slots) are
+ * filled lazily by worker i only (each worker touches its own slot, so no
+ * lock is needed); workers with an index of slots or more make one-off
+ * state per operation.
  *
  * Secret material lives in libgcrypt secure memory: the MPIs are created
  * with gcry_mpi_snew()/from secure buffers, native scalars and the
@@ -41,17 +43,20 @@ struct pd_key {
 	size_t native_sk_len;
 	uint8_t *ir_secret;       /* 32 random octets, in OpenSSL's secure heap: key for implicit-rejection session keys */
 
+	/* Per-worker slots of the arrays below (the ring's pd_keyring_set_workers). */
+	unsigned slots;
+
 	/* RSA backend state (pgp/rsa.c) */
 	enum pd_rsa_backend rsa_backend;
 	void *rsa_pkey;           /* EVP_PKEY * (OpenSSL backend) or gcry_sexp_t (libgcrypt) */
-	void *rsa_ctx[PD_MAX_WORKERS]; /* EVP_PKEY_CTX * per worker, lazily */
+	void **rsa_ctx;           /* OpenSSL: slots EVP_PKEY_CTX *, per worker, lazily; else NULL */
 	void *rsa_crt;            /* OpenSSL backend: CRT values for split operations, or NULL */
-	void *rsa_crtw[PD_MAX_WORKERS]; /* per-worker split state (BN_CTXs, blinding), lazily */
+	void **rsa_crtw;          /* OpenSSL: slots per-worker split states (BN_CTXs, blinding), lazily */
 
 	/* ECDH backend state (pgp/ecdh.c), for ECDH/X25519/X448 keys */
 	enum pd_ecdh_backend ecdh_backend; /* 0 until pd_ecdh_setup() */
 	void *ecdh_pkey;          /* EVP_PKEY * (OpenSSL backend), else NULL */
-	void **ecdh_ctx;          /* OpenSSL: PD_MAX_WORKERS per-worker contexts (pgp/ecdh.c), lazily */
+	void **ecdh_ctx;          /* OpenSSL: slots per-worker contexts (pgp/ecdh.c), lazily */
 };
 
 /** Free a key and wipe its secrets; accepts NULL, returns NULL. */

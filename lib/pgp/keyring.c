@@ -51,6 +51,7 @@ struct kid {
 struct pd_keyring {
 	enum pd_rsa_backend backend;
 	enum pd_ecdh_backend ecdh_backend;
+	unsigned workers;         /* per-worker slots of its keys (pd_keyring_set_workers) */
 	struct pd_key **keys;
 	size_t n, cap;
 	struct kid *ids;          /* n of them, sorted; cap of room */
@@ -526,6 +527,7 @@ static void drop_gcrypt_secrets(struct pd_key *k)
 /* Check the secret against the public key and prepare the key's backend. */
 static int validate(struct pd_key *k, const struct pd_keyring *kr)
 {
+	k->slots = kr->workers;
 	int e = validate_secret(k, kr->backend);
 	if (e == 0 && (k->pk_algo == PD_PK_ECDH || k->pk_algo == PD_PK_X25519 || k->pk_algo == PD_PK_X448))
 		e = pd_ecdh_setup(k, kr->ecdh_backend);
@@ -1452,6 +1454,7 @@ int pd_keyring_new(struct pd_keyring **ret, enum pd_rsa_backend backend)
 		return -ENOMEM;
 	kr->backend = backend;
 	kr->ecdh_backend = pd_ecdh_default_backend();
+	kr->workers = PD_MAX_WORKERS;
 	*ret = kr;
 	return 0;
 }
@@ -1604,7 +1607,8 @@ int pd_keyring_merge(struct pd_keyring *kr, struct pd_keyring *from, char *detai
 
 	if (detail && detail_len)
 		detail[0] = 0;
-	if (!kr || !from || kr == from || kr->backend != from->backend || kr->ecdh_backend != from->ecdh_backend)
+	if (!kr || !from || kr == from || kr->backend != from->backend || kr->ecdh_backend != from->ecdh_backend ||
+	    kr->workers != from->workers)
 		return -EINVAL;
 	if ((r = ring_reserve(kr, from->n)) < 0)
 		return r;
@@ -1648,6 +1652,16 @@ int pd_keyring_set_ecdh_backend(struct pd_keyring *kr, enum pd_ecdh_backend back
 }
 
 enum pd_ecdh_backend pd_keyring_ecdh_backend(const struct pd_keyring *kr) { return kr->ecdh_backend; }
+
+int pd_keyring_set_workers(struct pd_keyring *kr, unsigned n)
+{
+	if (!kr || n == 0 || n > PD_MAX_WORKERS)
+		return -EINVAL;
+	if (kr->n)
+		return -EBUSY;
+	kr->workers = n;
+	return 0;
+}
 
 int pd_keyring_add(struct pd_keyring *kr, const uint8_t *data, size_t len, const char *pass, size_t passlen,
                    char *detail, size_t detail_len)

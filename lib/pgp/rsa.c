@@ -113,6 +113,13 @@ static int setup_openssl(struct pd_key *k)
 	    EVP_PKEY_fromdata(pctx, &pkey, EVP_PKEY_KEYPAIR, params) <= 0)
 		goto out;
 	k->rsa_pkey = pkey;
+	r = -ENOMEM;
+	if (!k->slots) /* a key made outside a ring (tests) */
+		k->slots = PD_MAX_WORKERS;
+	k->rsa_ctx = calloc(k->slots, sizeof(void *));
+	k->rsa_crtw = calloc(k->slots, sizeof(void *));
+	if (!k->rsa_ctx || !k->rsa_crtw)
+		goto out;
 	/* Unbalanced primes (rare) just never split. */
 	r = crt_setup(k, &n, &e, &p, &q, &dp, &dq, qinv, bctx);
 	if (r == PD_EUNSUPPORTED)
@@ -139,11 +146,18 @@ static int setup_gcrypt(struct pd_key *k)
 	return 0;
 }
 
+/* Worker `worker` keeps its state for k in its slot (pgp/key.h); others
+ * (an index past the ring's worker count, the self-tests) make it per use. */
+static bool own_slot(const struct pd_key *k, unsigned worker)
+{
+	return worker < k->slots && k->rsa_ctx;
+}
+
 static int decrypt_openssl(const struct pd_key *k, unsigned worker, const uint8_t *c, uint8_t *out, size_t klen)
 {
 	EVP_PKEY_CTX *ctx = NULL, *tmp = NULL;
 
-	if (worker < PD_MAX_WORKERS)
+	if (own_slot(k, worker))
 		ctx = k->rsa_ctx[worker];
 	if (!ctx) {
 		ctx = EVP_PKEY_CTX_new_from_pkey(NULL, k->rsa_pkey, NULL);
@@ -155,7 +169,7 @@ static int decrypt_openssl(const struct pd_key *k, unsigned worker, const uint8_
 		}
 		/* Only worker `worker` ever touches this slot (pgp/key.h), so the
 		 * lazy fill needs no lock; out-of-range callers get a one-off. */
-		if (worker < PD_MAX_WORKERS)
+		if (own_slot(k, worker))
 			((struct pd_key *)k)->rsa_ctx[worker] = ctx;
 		else
 			tmp = ctx;
@@ -386,10 +400,10 @@ static struct crt_worker split_off_mark;
 
 static bool is_split_off(const struct pd_key *k, unsigned worker)
 {
-	return worker < PD_MAX_WORKERS && k->rsa_crtw[worker] == SPLIT_OFF;
+	return own_slot(k, worker) && k->rsa_crtw[worker] == SPLIT_OFF;
 }
 
-/* Worker slot `worker` (< PD_MAX_WORKERS) stops splitting for key k; its
+/* Worker slot `worker` (own_slot) stops splitting for key k; its
  * state w (may be NULL) is freed. */
 static void split_off(const struct pd_key *k, unsigned worker, struct crt_worker *w)
 {
@@ -413,17 +427,18 @@ static int decrypt_split(const struct pd_key *k, unsigned worker, const struct p
 
 	if (is_split_off(k, worker)) /* decrypt_raw does not come here then; never use the mark */
 		return -ENOMEM;
-	if (worker < PD_MAX_WORKERS)
+	bool own = own_slot(k, worker);
+	if (own)
 		w = k->rsa_crtw[worker];
 	if (!w) {
 		/* a one-off state (the self-test) is freed right after */
-		w = worker >= PD_MAX_WORKERS || heap_has_room(klen) ? crtw_new() : NULL;
+		w = !own || heap_has_room(klen) ? crtw_new() : NULL;
 		if (!w) {
-			if (worker < PD_MAX_WORKERS)
+			if (own)
 				split_off(k, worker, NULL);
 			return -ENOMEM;
 		}
-		if (worker < PD_MAX_WORKERS) /* own slot: see pgp/key.h */
+		if (own) /* own slot: see pgp/key.h */
 			((struct pd_key *)k)->rsa_crtw[worker] = w;
 		else
 			tmp = w;
@@ -763,13 +778,16 @@ void pd_rsa_cleanup(struct pd_key *k)
 {
 	if (!k)
 		return;
-	for (size_t i = 0; i < PD_MAX_WORKERS; i++) {
-		EVP_PKEY_CTX_free(k->rsa_ctx[i]);
-		k->rsa_ctx[i] = NULL;
-		if (k->rsa_crtw[i] != SPLIT_OFF)
+	for (size_t i = 0; i < k->slots; i++) {
+		if (k->rsa_ctx)
+			EVP_PKEY_CTX_free(k->rsa_ctx[i]);
+		if (k->rsa_crtw && k->rsa_crtw[i] != SPLIT_OFF)
 			crtw_free(k->rsa_crtw[i]);
-		k->rsa_crtw[i] = NULL;
 	}
+	free(k->rsa_ctx);
+	free(k->rsa_crtw);
+	k->rsa_ctx = NULL;
+	k->rsa_crtw = NULL;
 	crt_free(k->rsa_crt);
 	k->rsa_crt = NULL;
 	if (k->rsa_pkey) {

@@ -22,7 +22,7 @@ PD_HIDDEN int pd_rsa_setup(struct pd_key *k, enum pd_rsa_backend backend);
 PD_HIDDEN void pd_rsa_cleanup(struct pd_key *k);
 /** out[0..klen) = c^d mod n, left-padded, klen = octets of n.  Fails only for
  * public reasons (c >= n, clen > klen) or resource errors.  worker selects
- * the per-worker contexts (>= PD_MAX_WORKERS: one-off ones); helper (may be
+ * the per-worker contexts (k->slots or more: one-off ones); helper (may be
  * NULL) lets a large key's CRT halves run on two threads (see rsa.c). */
 PD_HIDDEN int pd_rsa_decrypt_raw(const struct pd_key *k, unsigned worker, const struct pd_helper *helper,
                                  const uint8_t *c, size_t clen, uint8_t *out, size_t klen);

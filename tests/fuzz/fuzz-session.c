@@ -63,7 +63,7 @@ static void init_once(void)
 	CHECK(pd_config_load(&pd_d.cfg, argc, argv, err, sizeof(err)) == 0);
 	pd_log_set_level(PD_LOG_ERR);
 	CHECK(pd_lib_init(pd_d.cfg->secmem_size) == 0);
-	if (pd_keyset_load(&pd_d.keys, pd_d.cfg, err, sizeof(err)) < 0) {
+	if (pd_keyset_load(&pd_d.keys, pd_d.cfg, 0, err, sizeof(err)) < 0) {
 		fprintf(stderr, "fuzz-session: %s\n", err);
 		abort();
 	}

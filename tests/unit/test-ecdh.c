@@ -400,6 +400,40 @@ static void test_weierstrass(void **state)
 	}
 }
 
+/* pd_keyring_set_workers: an OpenSSL ECDH key keeps contexts for that
+ * many workers (it held 256 slots, 2 KiB, whatever the worker count); a
+ * worker past them derives the same with a one-off context. */
+static void test_worker_slots(void **state)
+{
+	(void)state;
+	char path[512];
+	snprintf(path, sizeof(path), "%s/keys/a04-v6-secret-key.gpg", PD_TEST_DATA);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	uint8_t buf[4096];
+	size_t len = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	assert_true(len > 0 && len < sizeof(buf));
+	struct pd_keyring *kr;
+	char detail[200] = "";
+	assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+	assert_int_equal(pd_keyring_set_ecdh_backend(kr, PD_ECDH_OPENSSL), 0);
+	assert_int_equal(pd_keyring_set_workers(kr, 1), 0);
+	if (pd_keyring_add(kr, buf, len, NULL, 0, detail, sizeof(detail)) != 1)
+		fail_msg("a04: %s", detail);
+	const struct pd_key *k = pd__keyring_get(kr, 0);
+	assert_int_equal(k->slots, 1);
+	const uint8_t peer[32] = { 9 }; /* the base point: the public key comes out */
+	uint8_t o0[32], o5[32];
+	assert_int_equal(pd_ecdh_derive(k, 5, peer, 32, o5, 32), 0);
+	assert_null(k->ecdh_ctx[0]);
+	assert_int_equal(pd_ecdh_derive(k, 0, peer, 32, o0, 32), 0);
+	assert_non_null(k->ecdh_ctx[0]);
+	assert_memory_equal(o0, o5, 32);
+	assert_memory_equal(o0, k->q, 32);
+	pd_keyring_free(kr);
+}
+
 /* PD_ECDH_BACKEND and the key ring's setter reach the keys it loads. */
 static void test_choice(void **state)
 {
@@ -507,6 +541,7 @@ int main(void)
 		cmocka_unit_test(test_small_order),
 		cmocka_unit_test(test_weierstrass),
 		cmocka_unit_test(test_choice),
+		cmocka_unit_test(test_worker_slots),
 		cmocka_unit_test(test_threads),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);

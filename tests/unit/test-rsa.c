@@ -111,6 +111,50 @@ static void test_fixed_pkesk(void **state)
 	free(msg);
 }
 
+/* pd_keyring_set_workers: a key keeps state for that many workers only
+ * (an RSA key held 256 slots, 4 KiB, whatever the worker count); a worker
+ * past them decrypts the same with state made per operation. */
+static void test_worker_slots(void **state)
+{
+	(void)state;
+	size_t len, klen;
+	uint8_t *msg = load("rsa2048-msg.gpg", &len);
+	const uint8_t *c = msg + 15;
+	klen = 256;
+	uint8_t *buf = load("rsa2048.gpg", &len);
+	struct pd_keyring *kr, *other;
+	char detail[256];
+	assert_int_equal(pd_keyring_new(&kr, PD_RSA_OPENSSL), 0);
+	assert_int_equal(pd_keyring_set_workers(kr, 0), -EINVAL);
+	assert_int_equal(pd_keyring_set_workers(kr, PD_MAX_WORKERS + 1), -EINVAL);
+	assert_int_equal(pd_keyring_set_workers(kr, 2), 0);
+	assert_int_equal(pd_keyring_add(kr, buf, len, NULL, 0, detail, sizeof(detail)), 1);
+	assert_int_equal(pd_keyring_set_workers(kr, 3), -EBUSY);
+	const struct pd_key *k = subkey(kr);
+	assert_int_equal(k->slots, 2);
+	uint8_t o1[256], o2[256], o3[256];
+	assert_int_equal(pd_rsa_decrypt_raw(k, 1, NULL, c, klen, o1, klen), 0);
+	assert_non_null(k->rsa_ctx[1]);
+	assert_null(k->rsa_ctx[0]);
+	assert_int_equal(pd_rsa_decrypt_raw(k, 2, NULL, c, klen, o2, klen), 0);
+	assert_memory_equal(o1, o2, klen);
+	assert_int_equal(pd_rsa_decrypt_raw(k, 0, NULL, c, klen, o3, klen), 0);
+	assert_memory_equal(o1, o3, klen);
+	assert_non_null(k->rsa_ctx[0]);
+	/* rings of different worker counts do not merge */
+	assert_int_equal(pd_keyring_new(&other, PD_RSA_OPENSSL), 0);
+	assert_int_equal(pd_keyring_merge(kr, other, detail, sizeof(detail)), -EINVAL);
+	assert_int_equal(pd_keyring_set_workers(other, 2), 0);
+	assert_int_equal(pd_keyring_merge(kr, other, detail, sizeof(detail)), 0);
+	/* a ring left at the default keeps PD_MAX_WORKERS slots */
+	struct pd_keyring *dflt = ring(PD_RSA_OPENSSL);
+	assert_int_equal(subkey(dflt)->slots, PD_MAX_WORKERS);
+	pd_keyring_free(dflt);
+	pd_keyring_free(kr);
+	free(buf);
+	free(msg);
+}
+
 static void test_round_trips(void **state)
 {
 	(void)state;
@@ -441,6 +485,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fixed_pkesk),
 		cmocka_unit_test(test_round_trips),
+		cmocka_unit_test(test_worker_slots),
 		cmocka_unit_test(test_public_errors),
 		cmocka_unit_test(test_default_backend),
 		cmocka_unit_test(test_threads),
