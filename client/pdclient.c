@@ -1206,7 +1206,9 @@ static int read_some_(struct pdc_conn *c)
 			size_t used;
 			struct pd_frame_hdr h;
 			const uint8_t *p;
-			int r = pd_frame_decode(c->dec, c->rbuf + off, (size_t)n - off, &used, &h, &p);
+			/* DATA (plaintext) in slices from rbuf, never gathered into
+			 * the decoder: a frame is larger than rbuf */
+			int r = pd_frame_decode_stream(c->dec, c->rbuf + off, (size_t)n - off, SIZE_MAX, &used, &h, &p);
 			off += used;
 			if (r < 0)
 				return violation(c, "bad frame from the server: %s", pd_frame_decoder_detail(c->dec));
@@ -1428,7 +1430,7 @@ static int handshake(struct pdc_conn *c, const struct pdc_config *cfg, int64_t d
 		size_t used;
 		struct pd_frame_hdr fh;
 		const uint8_t *p;
-		int r = pd_frame_decode(c->dec, c->rbuf, (size_t)k, &used, &fh, &p);
+		int r = pd_frame_decode_stream(c->dec, c->rbuf, (size_t)k, SIZE_MAX, &used, &fh, &p);
 		if (r < 0)
 			return set_err(e, -EPROTO, PD_ST_PROTOCOL, "bad frame from the server: %s",
 			               pd_frame_decoder_detail(c->dec));
@@ -1457,7 +1459,7 @@ static int handshake(struct pdc_conn *c, const struct pdc_config *cfg, int64_t d
 			struct pd_frame_hdr fh2;
 			size_t used2;
 			pd_frame_decoder_set_max(c->dec, sh.max_frame);
-			r = pd_frame_decode(c->dec, c->rbuf + used, (size_t)k - used, &used2, &fh2, &p);
+			r = pd_frame_decode_stream(c->dec, c->rbuf + used, (size_t)k - used, SIZE_MAX, &used2, &fh2, &p);
 			if (r == 1 && fh2.type == PD_FT_ERROR) {
 				struct pd_result er;
 				if (pd_parse_error(p, fh2.len, &er) == 0) {

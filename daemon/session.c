@@ -732,7 +732,12 @@ static void take_frames(struct pd_session *s)
 		struct pd_frame_hdr h;
 		const uint8_t *p;
 		size_t at = s->rb.start, used = 0;
-		int r = pd_frame_decode(s->dec, pd_buf_data(&s->rb), pd_buf_len(&s->rb), &used, &h, &p);
+		/* DATA is taken in slices straight from the read buffer, as much as
+		 * the receiving request has room for (a frame is larger than the
+		 * read buffer, so whole frames were gathered in the decoder: a copy
+		 * and a wipe of each); other frames whole. */
+		size_t room = s->rx ? pd_request_room(s->rx) : SIZE_MAX;
+		int r = pd_frame_decode_stream(s->dec, pd_buf_data(&s->rb), pd_buf_len(&s->rb), room, &used, &h, &p);
 		s->rb.start += used; /* consumed; the octets are wiped below, after use */
 		if (r < 0) {
 			char why[200];

@@ -152,8 +152,8 @@ wrong_dir:
 	            from_client ? "client" : "server");
 }
 
-int pd_frame_decode(struct pd_frame_decoder *d, const uint8_t *in, size_t len, size_t *ret_consumed,
-                    struct pd_frame_hdr *ret_hdr, const uint8_t **ret_payload)
+static int decode(struct pd_frame_decoder *d, bool stream, size_t data_room, const uint8_t *in, size_t len,
+                  size_t *ret_consumed, struct pd_frame_hdr *ret_hdr, const uint8_t **ret_payload)
 {
 	size_t off = 0;
 	*ret_consumed = 0;
@@ -191,6 +191,28 @@ int pd_frame_decode(struct pd_frame_decoder *d, const uint8_t *in, size_t len, s
 	}
 	size_t rest = len - off;
 	const uint8_t *payload;
+	if (stream && d->cur.type == PD_FT_DATA) {
+		/* A slice of the payload, straight from in; have counts what was
+		 * handed out.  An empty frame is one empty slice. */
+		size_t left = d->cur.len - d->have, n = rest < left ? rest : left;
+		if (n > data_room)
+			n = data_room;
+		if (left && !n) {
+			*ret_consumed = off;
+			return 0;
+		}
+		*ret_hdr = d->cur;
+		ret_hdr->len = (uint32_t)n;
+		*ret_payload = in + off;
+		*ret_consumed = off + n;
+		d->have += n;
+		if (d->have == d->cur.len) {
+			d->have_hdr = false;
+			d->hdr_have = 0;
+			d->have = 0;
+		}
+		return 1;
+	}
 	if (d->have == 0 && rest >= d->cur.len) {
 		payload = in + off; /* whole payload in this slice: no copy */
 		off += d->cur.len;
@@ -230,6 +252,18 @@ int pd_frame_decode(struct pd_frame_decoder *d, const uint8_t *in, size_t len, s
 	d->hdr_have = 0;
 	d->have = 0;
 	return 1;
+}
+
+int pd_frame_decode(struct pd_frame_decoder *d, const uint8_t *in, size_t len, size_t *ret_consumed,
+                    struct pd_frame_hdr *ret_hdr, const uint8_t **ret_payload)
+{
+	return decode(d, false, 0, in, len, ret_consumed, ret_hdr, ret_payload);
+}
+
+int pd_frame_decode_stream(struct pd_frame_decoder *d, const uint8_t *in, size_t len, size_t data_room,
+                           size_t *ret_consumed, struct pd_frame_hdr *ret_hdr, const uint8_t **ret_payload)
+{
+	return decode(d, true, data_room, in, len, ret_consumed, ret_hdr, ret_payload);
 }
 
 /* ------------------------------------------------------------------ */

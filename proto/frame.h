@@ -125,7 +125,17 @@ void pd_frame_decoder_set_max(struct pd_frame_decoder *d, uint32_t max_payload);
  * *ret_consumed always says how much of in was used: call again with the rest. */
 int pd_frame_decode(struct pd_frame_decoder *d, const uint8_t *in, size_t len, size_t *ret_consumed,
                     struct pd_frame_hdr *ret_hdr, const uint8_t **ret_payload);
-/** Octets of an incomplete frame held: nonzero at EOF means a truncated frame. */
+/** As pd_frame_decode, but the payload of a DATA frame comes out in slices as
+ * it arrives, each pointing into in (never copied), at most data_room octets
+ * long (0: the payload waits; an empty DATA frame is one empty slice):
+ * *ret_hdr is the frame's with len the slice's.  Where one DATA frame ends
+ * and the next of the same request begins does not show: DATA is a byte
+ * stream.  Other frames come whole, as from pd_frame_decode.  A decoder is
+ * driven by one of the two functions only. */
+int pd_frame_decode_stream(struct pd_frame_decoder *d, const uint8_t *in, size_t len, size_t data_room,
+                           size_t *ret_consumed, struct pd_frame_hdr *ret_hdr, const uint8_t **ret_payload);
+/** Octets of an incomplete frame held (or, for a DATA frame streamed, seen):
+ * nonzero at EOF means a truncated frame. */
 size_t pd_frame_decoder_pending(const struct pd_frame_decoder *d);
 /** Sentence describing the violation after an error ("" otherwise). */
 const char *pd_frame_decoder_detail(const struct pd_frame_decoder *d);

@@ -5,7 +5,9 @@
  * the parsers accept re-encodes to something they parse to the same values,
  * and that the decoder sees the same frames (type, id, payload), the same
  * verdict and the same octets pending at the end whether the stream comes
- * in the fuzzer's slices or in one piece.
+ * in the fuzzer's slices or in one piece; and that pd_frame_decode_stream,
+ * sliced and with a small DATA room, gives the same DATA octets per request
+ * and the same other frames, verdict and pending octets.
  *
  * libFuzzer: clang -g -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iproto -Ilib
  *            tests/fuzz/fuzz-frame.c proto/frame.c proto/status.c
@@ -87,17 +89,34 @@ static void check_frame(const struct pd_frame_hdr *h, const uint8_t *p)
 	}
 }
 
-/* What a decoder made of a stream: frames (and a hash of them), verdict. */
+/* What a decoder made of a stream: frames (and a hash of them), verdict;
+ * norm hashes the same with DATA as a byte stream per request (where one
+ * DATA frame ends and the next of the same request begins left out). */
 struct trace {
 	size_t frames, consumed, pending;
-	uint64_t hash;
+	uint64_t hash, norm;
 	int verdict;
+	bool in_data;
+	uint32_t data_id;
 };
 
 static void mix(uint64_t *h, const uint8_t *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		*h = (*h ^ p[i]) * 0x100000001b3ull; /* FNV-1a */
+}
+
+static void record_norm(struct trace *t, const struct pd_frame_hdr *h, const uint8_t *p)
+{
+	uint8_t hdr[9] = { h->type, (uint8_t)(h->id >> 24), (uint8_t)(h->id >> 16), (uint8_t)(h->id >> 8),
+	                   (uint8_t)h->id, (uint8_t)(h->len >> 24), (uint8_t)(h->len >> 16), (uint8_t)(h->len >> 8),
+	                   (uint8_t)h->len };
+	bool data = h->type == PD_FT_DATA;
+	if (!data || !t->in_data || t->data_id != h->id)
+		mix(&t->norm, hdr, data ? 5 : sizeof(hdr)); /* DATA: type and id, not the length */
+	mix(&t->norm, p, h->len);
+	t->in_data = data;
+	t->data_id = h->id;
 }
 
 static void record(struct trace *t, const struct pd_frame_hdr *h, const uint8_t *p)
@@ -108,6 +127,7 @@ static void record(struct trace *t, const struct pd_frame_hdr *h, const uint8_t 
 	t->frames++;
 	mix(&t->hash, hdr, sizeof(hdr));
 	mix(&t->hash, p, h->len);
+	record_norm(t, h, p);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -118,7 +138,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t slice = 1 + data[1];
 	data += 2;
 	size -= 2;
-	struct trace sliced = { .hash = 0xcbf29ce484222325ull }, whole = sliced;
+	struct trace sliced = { .hash = 0xcbf29ce484222325ull, .norm = 0xcbf29ce484222325ull }, whole = sliced,
+	             streamed = sliced;
 	struct pd_frame_decoder *d;
 	if (pd_frame_decoder_new(&d, role, PD_FRAME_MAX_FLOOR) < 0)
 		return 0;
@@ -176,5 +197,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	CHECK(sliced.verdict == whole.verdict);
 	if (!whole.verdict)
 		CHECK(sliced.pending == whole.pending && sliced.consumed == whole.consumed);
+
+	/* Streamed: the same slices, DATA handed out at most room octets at a time. */
+	size_t room = 1 + (slice * 37) % 300;
+	if (pd_frame_decoder_new(&d, role, PD_FRAME_MAX_FLOOR) < 0)
+		return 0;
+	off = 0;
+	while (off < size) {
+		size_t len = size - off < slice ? size - off : slice;
+		size_t used;
+		struct pd_frame_hdr h;
+		const uint8_t *p;
+		int r = pd_frame_decode_stream(d, data + off, len, room, &used, &h, &p);
+		CHECK(used <= len);
+		if (r < 0) {
+			streamed.verdict = r;
+			break;
+		}
+		if (r == 1) {
+			if (h.type == PD_FT_DATA) /* a slice, never copied */
+				CHECK(h.len <= room && p >= data + off && p + h.len <= data + off + used);
+			record_norm(&streamed, &h, p);
+		} else {
+			CHECK(used == len);
+		}
+		off += used;
+	}
+	streamed.consumed = off;
+	streamed.pending = pd_frame_decoder_pending(d);
+	pd_frame_decoder_free(d);
+	CHECK(streamed.norm == whole.norm && streamed.verdict == whole.verdict);
+	if (!whole.verdict)
+		CHECK(streamed.pending == whole.pending && streamed.consumed == whole.consumed);
 	return 0;
 }

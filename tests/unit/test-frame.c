@@ -640,6 +640,85 @@ static void test_consumed_payload_wiped(void **state)
 	pd_frame_decoder_free(d);
 }
 
+/* pd_frame_decode_stream: DATA payloads come out in slices of at most the
+ * room given, pointing into the input (no copy in the decoder), in order;
+ * an empty DATA frame is one empty slice; other frames whole; a DATA frame
+ * cut short is pending at the end. */
+static void test_stream_data(void **state)
+{
+	(void)state;
+	const size_t big = 70000; /* larger than any read buffer of ours */
+	size_t cap = 3 * PD_FRAME_HDR_LEN + big + 8 + 64;
+	uint8_t *buf = malloc(cap), *got = malloc(big);
+	assert_non_null(buf);
+	assert_non_null(got);
+	size_t len = 0;
+	pd_frame_put_hdr(buf, PD_FT_DATA, 3, (uint32_t)big);
+	len = PD_FRAME_HDR_LEN;
+	for (size_t i = 0; i < big; i++)
+		buf[len++] = (uint8_t)(i * 7 + 1);
+	pd_frame_put_hdr(buf + len, PD_FT_DATA, 3, 0); /* empty */
+	len += PD_FRAME_HDR_LEN;
+	pd_frame_put_hdr(buf + len, PD_FT_PING, 4, 8);
+	memcpy(buf + len + PD_FRAME_HDR_LEN, "12345678", 8);
+	len += PD_FRAME_HDR_LEN + 8;
+	pd_frame_put_hdr(buf + len, PD_FT_DATA, 5, 40); /* cut short after 10 octets */
+	memset(buf + len + PD_FRAME_HDR_LEN, 0xee, 10);
+	len += PD_FRAME_HDR_LEN + 10;
+
+	struct pd_frame_decoder *d;
+	assert_int_equal(pd_frame_decoder_new(&d, PD_FROM_CLIENT, 1u << 17), 0);
+	size_t off = 0, n_got = 0, slices = 0, empties = 0, pings = 0, tail = 0;
+	while (off < len) {
+		size_t in = len - off < 1000 ? len - off : 1000, used;
+		struct pd_frame_hdr h;
+		const uint8_t *p;
+		int r = pd_frame_decode_stream(d, buf + off, in, 300, &used, &h, &p);
+		assert_true(r >= 0);
+		if (r == 1 && h.type == PD_FT_DATA) {
+			assert_true(h.len <= 300);
+			assert_true(p >= buf + off && p + h.len <= buf + off + used);
+			if (h.id == 3 && h.len) {
+				memcpy(got + n_got, p, h.len);
+				n_got += h.len;
+				slices++;
+			} else if (h.id == 3) {
+				empties++;
+			} else {
+				assert_int_equal(h.id, 5);
+				tail += h.len;
+			}
+		} else if (r == 1) {
+			assert_int_equal(h.type, PD_FT_PING);
+			assert_int_equal(h.len, 8);
+			assert_memory_equal(p, "12345678", 8);
+			pings++;
+		}
+		off += used;
+	}
+	assert_int_equal(n_got, big);
+	assert_memory_equal(got, buf + PD_FRAME_HDR_LEN, big);
+	assert_true(slices >= big / 300);
+	assert_int_equal(empties, 1);
+	assert_int_equal(pings, 1);
+	assert_int_equal(tail, 10);
+	assert_int_equal(pd_frame_decoder_pending(d), PD_FRAME_HDR_LEN + 10);
+	/* room 0: the payload waits, the header is taken */
+	pd_frame_decoder_free(d);
+	assert_int_equal(pd_frame_decoder_new(&d, PD_FROM_CLIENT, 1u << 17), 0);
+	size_t used;
+	struct pd_frame_hdr h;
+	const uint8_t *p;
+	assert_int_equal(pd_frame_decode_stream(d, buf, 100, 0, &used, &h, &p), 0);
+	assert_int_equal(used, PD_FRAME_HDR_LEN);
+	assert_int_equal(pd_frame_decode_stream(d, buf + used, 100, 50, &used, &h, &p), 1);
+	assert_int_equal(h.len, 50);
+	assert_ptr_equal(p, buf + PD_FRAME_HDR_LEN);
+	pd_frame_decoder_free(d);
+	free(buf);
+	free(got);
+}
+
 /* Session keys: the DECRYPT's SESSION_KEY_IN and flag, the RESULT's
  * SESSION_KEY or SESSION_KEY_REFUSED, byte for byte, and their bounds. */
 static void test_session_key_tlvs(void **state)
@@ -758,6 +837,7 @@ int main(void)
 		cmocka_unit_test(test_unknown_and_misdirected),
 		cmocka_unit_test(test_garbage),
 		cmocka_unit_test(test_consumed_payload_wiped),
+		cmocka_unit_test(test_stream_data),
 		cmocka_unit_test(test_status_mapping),
 		cmocka_unit_test(test_session_key_tlvs),
 	};
