@@ -63,6 +63,7 @@ struct pd_config {
 	size_t write_low_watermark; /* resume below */
 	size_t max_write_buffer;    /* unsent output of all connections that pauses decryption (iii) */
 	size_t request_buffer;      /* ciphertext/plaintext buffered per request, each way */
+	size_t request_buffer_max;  /* ... grown to while a large message streams in */
 	uint64_t max_verified_size; /* plaintext held for one verified-only request */
 	uint64_t max_verified_total;/* ... for all of them */
 	uint64_t max_memory;        /* messages in progress, all together (admission.h) */

@@ -63,6 +63,7 @@ struct pd_request {
 	 * jin, which only the job touches while it is out (pd_buf, buf.h). */
 	struct pd_buf lin, jin;
 	size_t in_cap;
+	size_t cap_max;         /* in_cap and out_limit grow to this (request-buffer-max) */
 	bool job_end;           /* snapshot: tell the engine the input ended */
 	bool end_told;
 
@@ -652,6 +653,37 @@ static void job_done(struct pd_job *j)
 	wake(r);
 }
 
+/* A message several times larger than the buffers: they double, up to
+ * request-buffer-max, so that a large message moves between the loop and
+ * a worker in fewer, larger hand-offs (each one wakes a worker and then
+ * the loop: at 128 KiB, 512 of each per 64 MiB, which on a small machine
+ * cost more than the copies).  Small messages keep request-buffer.  The
+ * memory comes from max-memory like the first buffers; without it the
+ * buffers stay as they are.  Loop side, no job out (jin is ours). */
+static void grow_buffers(struct pd_request *r)
+{
+	if (r->in_cap >= r->cap_max || r->input_ended || r->bytes_in < 4 * (uint64_t)r->in_cap)
+		return;
+	size_t in = r->in_cap * 2 < r->cap_max ? r->in_cap * 2 : r->cap_max;
+	size_t out = r->out_limit < in ? in : r->out_limit;
+	uint64_t extra = 2 * (uint64_t)(in - r->in_cap) + 2 * (uint64_t)(out - r->out_limit);
+	struct pd_budget *b = pd_adm_memory();
+	if (!b || pd_budget_take(b, extra) < 0) {
+		r->cap_max = r->in_cap; /* not for this request, then */
+		return;
+	}
+	r->mem += extra;
+	r->mem_in += 2 * (uint64_t)(in - r->in_cap);
+	/* Both or neither: in_cap changes only when both grew (a larger jin
+	 * alone is harmless, its room is counted against in_cap). */
+	if (!pd_buf_grow(&r->jin, in, in) || !pd_buf_grow(&r->lin, in, in)) {
+		r->cap_max = r->in_cap;
+		return;
+	}
+	r->in_cap = in;
+	r->out_limit = out;
+}
+
 void pd_request_kick(struct pd_request *r)
 {
 	int err;
@@ -666,6 +698,7 @@ void pd_request_kick(struct pd_request *r)
 		if (r->o->write_pressure(r->o->ctx))
 			return;
 	}
+	grow_buffers(r);
 	/* Move ciphertext across the hand-off. */
 	size_t n = r->in_cap - pd_buf_len(&r->jin);
 	if (n > pd_buf_len(&r->lin))
@@ -710,6 +743,7 @@ int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owne
 	r->may_export = r->want_sk && may_export;
 	r->max_frame = o->max_frame;
 	r->out_limit = c->request_buffer;
+	r->cap_max = c->request_buffer_max;
 	r->held_limit = c->max_verified_size;
 	r->max_in = c->max_message_size;
 	r->wait = W_INPUT;
@@ -743,6 +777,8 @@ int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owne
 	r->lim.max_kdf_mib = (uint32_t)(c->max_kdf_work >> 20);
 	/* The hand-off buffers must take any one DATA frame whole. */
 	r->in_cap = c->request_buffer > r->max_frame ? c->request_buffer : r->max_frame;
+	if (r->cap_max < r->in_cap)
+		r->cap_max = r->in_cap; /* request-buffer-max below request-buffer: no growth */
 	if (dr->password) {
 		/* Held in secure memory until the message starts: bounded for
 		 * all such requests together (admission.h). */

@@ -20,6 +20,7 @@ Run: PD_BUILD_DIR=build /usr/bin/python3 -m pytest -q tests/integration/test_adm
 import os
 import struct
 import sys
+import threading
 import time
 
 import pytest
@@ -269,3 +270,69 @@ def test_unstarted_request_gets_idle_timeout(world, mkdaemon):
     plain, ct = world["msgs"][2]
     got, res, _ = d.client().decrypt(ct)
     assert res["name"] == "OK" and got == plain, res
+
+
+def _peak_memory_while_streaming(d, msg, plain):
+    """Decrypt msg through d reading the plaintext slowly (a frame, then a
+    pause every fourth), while a second connection samples
+    pgpdecd_memory_bytes; the peak, and the gauge once it is answered."""
+    c = d.client()
+    rid = c.new_id()
+    sender = threading.Thread(target=lambda: c.send_decrypt(msg, rid=rid), daemon=True)
+    sender.start()
+    peak, done = [0], threading.Event()
+
+    def sample():
+        s = d.client()
+        while not done.is_set():
+            peak[0] = max(peak[0], pdwire.parse_prometheus(s.stats())["pgpdecd_memory_bytes"])
+            time.sleep(0.01)
+        s.close()
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    got, n = [], 0
+    try:
+        while True:
+            ftype, fid, p = c.recv_frame()
+            assert fid == rid
+            if ftype == pdwire.DATA:
+                got.append(p)
+                n += 1
+                if n % 4 == 0:
+                    time.sleep(0.002)
+            elif ftype == pdwire.RESULT:
+                break
+    finally:
+        done.set()
+        t.join(30)
+        sender.join(30)
+    assert b"".join(got) == plain
+    c.close()
+    after = stats(d)["pgpdecd_memory_bytes"]
+    return peak[0], after
+
+
+def test_large_message_buffers_grow_within_request_buffer_max(world, tmp_path):
+    """A message several times larger than request-buffer moves in larger
+    hand-offs: its buffers double up to request-buffer-max (1M by default),
+    drawn from max-memory and all given back when it is answered; with
+    request-buffer-max at request-buffer they stay as they are.  (Before
+    there was no growth: 128 KiB hand-offs, each a worker's and then the
+    loop's wake-up, for every message; the bulk benchmark in
+    contrib/bench/bulk.sh shows what it costs.)"""
+    plain = os.urandom(24 << 20)
+    msg = world["gpg"].encrypt(plain, "alice@example.org", compress=0)
+    mib = 1 << 20
+    # request-buffer 128K: its buffers are two 128K inputs and two outputs
+    # of 128K and a frame's margin; grown to 1M, the same at 1M.
+    for name, args, lo, hi in (("grown", (), 4 * mib, 6 * mib),
+                               ("flat", ("--request-buffer-max", "128K"), 1, mib)):
+        where = tmp_path / name
+        where.mkdir()
+        d = Daemon(world, where, *args)
+        try:
+            peak, after = _peak_memory_while_streaming(d, msg, plain)
+        finally:
+            assert d.stop() == 0, d.logtext()
+        assert lo <= peak < hi, f"{name}: peak {peak} bytes of buffers, expected [{lo}, {hi})"
+        assert after == 0, f"{name}: {after} bytes of max-memory not given back"
