@@ -11,10 +11,16 @@
 # measures in ROUNDS interleaved rounds (engine, unix, tls, engine, ...;
 # the machine drifts, only neighbours compare):
 #   engine  pd-decrypt --bench: the engine in process on one thread;
-#   unix    pgpdecd-client bench --concurrency 1 over the Unix socket;
-#   tls     the same over TLS 1.3;
-# and prints each round's MB/s of plaintext and the ratios unix/engine and
-# tls/engine of that round, then the median of the ratios.  Last, PARALLEL
+#   unix    pgpdecd-client bench --concurrency 1 --no-digest over the Unix
+#           socket: the client counts the plaintext (and compares its length
+#           with the first reply's) and drops it, as the engine column does;
+#   sha     the same with the client's SHA-256 of every plaintext (its
+#           default), which on a 2-core machine takes ~0.6 ms of CPU per MB
+#           from the cores the daemon runs on;
+#   tls     as unix, over TLS 1.3;
+# and prints each round's MB/s of plaintext and the ratios to the engine
+# of that round, then the median of the ratios.  Every path's plaintext is
+# checked byte for byte once before the rounds.  Last, PARALLEL
 # messages at once (--concurrency PARALLEL over the Unix socket): MB/s and
 # the CPU time the daemon used per second of wall time (its cores busy),
 # against the engine's one-thread rate times the workers.
@@ -22,8 +28,8 @@
 # The socket column is what a Unix socket pair alone carries in that round
 # (contrib/bench/sockpair.py: one process writing SIZE MiB, another reading
 # it), the kernel's share of the path.  Last, where the CPU went per message
-# over the Unix socket: the daemon's loop thread, its workers and the
-# client (its SHA-256 of the plaintext included); the three share the
+# over the Unix socket (the unix column): the daemon's loop thread, its
+# workers and the client; the three share the
 # machine's cores, so on a 2-core machine their sum over 2 is the shortest
 # a message can take, whatever the daemon does with its own share.
 #
@@ -33,9 +39,10 @@
 # steadier figures (the daemon's wall time suffers each time one of its
 # threads waits for the other and the scheduler runs someone else).
 #
-# The client checks every plaintext (SHA-256 of each reply against the
-# first of its file) on a core of its own when there is one; on a 2-core
-# machine it shares them with the daemon's loop thread and worker.
+# In the sha column the client checks every plaintext (SHA-256 of each
+# reply against the first of its file) on a core of its own when there is
+# one; on a 2-core machine it shares them with the daemon's loop thread
+# and worker.
 #
 # Usage: contrib/bench/bulk.sh [--size MIB] [--rounds R] [--seconds S]
 #                              [--parallel N] [--workers N] [--keep]
@@ -61,7 +68,7 @@ while [ $# -gt 0 ]; do
 	--parallel) PARALLEL=$2; shift ;;
 	--workers) WORKERS=$2; shift ;;
 	--keep) KEEP=1 ;;
-	-h|--help) sed -n '3,43p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '3,50p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "bulk.sh: unknown option $1 (--help)" >&2; exit 64 ;;
 	esac
 	shift
@@ -154,9 +161,12 @@ done
 # CPU seconds (user + system) of the daemon so far.
 daemon_cpu() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$DPID/stat"; }
 
-# bench VIA CONCURRENCY REQUESTS: prints the JSON line
+# bench VIA CONCURRENCY REQUESTS [CLIENT-FLAG...]: prints the JSON line
 bench() {
 	eval "opts=\$$1"
+	conc=$2
+	nreq=$3
+	shift 3
 	# shellcheck disable=SC2086
 	# the client's CPU seconds go to $WORK/client.cpu
 	$PY -c 'import resource, subprocess, sys
@@ -164,7 +174,8 @@ p = subprocess.run(sys.argv[2:], stdout=subprocess.PIPE, text=True)
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
 open(sys.argv[1], "w").write(f"{r.ru_utime + r.ru_stime}\n")
 sys.stdout.write(p.stdout)
-sys.exit(p.returncode)' "$WORK/client.cpu" "$CLIENT" $opts --timeout 120 bench --concurrency "$2" --requests "$3" --json "$WORK/msg.pgp"
+sys.exit(p.returncode)' "$WORK/client.cpu" "$CLIENT" $opts --timeout 120 bench --concurrency "$conc" --requests "$nreq" \
+		"$@" --json "$WORK/msg.pgp"
 }
 # CPU seconds (user + system) of the daemon's threads so far: "loop workers"
 # (the loop is the main thread, the workers the pool's; the reload and key
@@ -192,25 +203,26 @@ while [ $r -le "$ROUNDS" ]; do
 	sock=$($PY "$SRC/contrib/bench/sockpair.py" "$SIZE")
 	c0=$(daemon_cpu)
 	t0=$(thread_cpu)
-	ju=$(bench UNIX 1 "$REQ")
+	ju=$(bench UNIX 1 "$REQ" --no-digest)
 	c1=$(daemon_cpu)
 	t1=$(thread_cpu)
 	echo "$t0 $t1 $(cat "$WORK/client.cpu") $REQ" >>"$WORK/split"
-	jt=$(bench TLS 1 "$REQ")
+	jt=$(bench TLS 1 "$REQ" --no-digest)
 	c2=$(daemon_cpu)
-	for j in "$ju" "$jt"; do
+	js=$(bench UNIX 1 "$REQ")
+	for j in "$ju" "$jt" "$js"; do
 		[ "$(field "$j" failed)" = 0 ] && [ "$(field "$j" mismatched)" = 0 ] ||
 			{ echo "bulk.sh: a request failed or its plaintext differed: $j" >&2; exit 1; }
 	done
-	echo "$r $eng $(field "$ju" mb_per_s_out) $(field "$jt" mb_per_s_out) $engcpu $(field "$ju" elapsed_s) $(field "$jt" elapsed_s) $c0 $c1 $c2 $sock" >>"$WORK/rounds"
-	log "round $r: engine $eng MB/s, socket pair $sock, unix $(field "$ju" mb_per_s_out), tls $(field "$jt" mb_per_s_out)"
+	echo "$r $eng $(field "$ju" mb_per_s_out) $(field "$jt" mb_per_s_out) $engcpu $(field "$ju" elapsed_s) $(field "$jt" elapsed_s) $c0 $c1 $c2 $sock $(field "$js" mb_per_s_out)" >>"$WORK/rounds"
+	log "round $r: engine $eng MB/s, socket pair $sock, unix $(field "$ju" mb_per_s_out), tls $(field "$jt" mb_per_s_out), unix with SHA-256 $(field "$js" mb_per_s_out)"
 	r=$((r + 1))
 done
 
 # ---- several at once ------------------------------------------------------
 NP=$((PARALLEL * 4))
 c0=$(daemon_cpu)
-jp=$(bench UNIX "$PARALLEL" "$NP")
+jp=$(bench UNIX "$PARALLEL" "$NP" --no-digest)
 c1=$(daemon_cpu)
 [ "$(field "$jp" failed)" = 0 ] && [ "$(field "$jp" mismatched)" = 0 ] ||
 	{ echo "bulk.sh: a parallel request failed: $jp" >&2; exit 1; }
@@ -222,12 +234,13 @@ rounds = [l.split() for l in open(sys.argv[1]) if l.strip()]
 size, workers, par, n_par, eng1 = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], float(sys.argv[6])
 jp, c0, c1 = json.loads(sys.argv[7]), float(sys.argv[8]), float(sys.argv[9])
 print(f"pgpdecd bulk: one {size} MiB SEIPD v1 message (AES-256, uncompressed), MB/s of plaintext (MB = 10^6 bytes)")
-print(f"{'round':>5} {'engine':>9} {'socket':>9} {'unix':>9} {'tls':>9} {'unix/eng':>9} {'tls/eng':>9}   "
-      f"{'CPU: engine':>11} {'unix':>7} {'tls':>7} {'unix/eng':>9} {'tls/eng':>8}")
-ru, rt, cu, ct, rs = [], [], [], [], []
-for r, e, u, t, ec, eu, et, k0, k1, k2, sk in rounds:
-    sk = float(sk)
+print(f"{'round':>5} {'engine':>9} {'socket':>9} {'unix':>9} {'sha':>9} {'tls':>9} {'unix/eng':>9} {'sha/eng':>8} "
+      f"{'tls/eng':>8}   {'CPU: engine':>11} {'unix':>7} {'tls':>7} {'unix/eng':>9} {'tls/eng':>8}")
+ru, rt, cu, ct, rs, rh = [], [], [], [], [], []
+for r, e, u, t, ec, eu, et, k0, k1, k2, sk, h in rounds:
+    sk, h = float(sk), float(h)
     rs.append(sk / float(e))
+    rh.append(h / float(e))
     e, u, t, ec = float(e), float(u), float(t), float(ec)
     # plaintext MB per CPU second of the whole daemon (loop, TLS, workers)
     du = u * float(eu) / max(float(k1) - float(k0), 1e-9)
@@ -236,9 +249,10 @@ for r, e, u, t, ec, eu, et, k0, k1, k2, sk in rounds:
     rt.append(t / e)
     cu.append(du / ec)
     ct.append(dt / ec)
-    print(f"{r:>5} {e:9.1f} {sk:9.1f} {u:9.1f} {t:9.1f} {u / e:9.2f} {t / e:9.2f}   "
+    print(f"{r:>5} {e:9.1f} {sk:9.1f} {u:9.1f} {h:9.1f} {t:9.1f} {u / e:9.2f} {h / e:8.2f} {t / e:8.2f}   "
           f"{ec:11.1f} {du:7.1f} {dt:7.1f} {du / ec:9.2f} {dt / ec:8.2f}")
-print(f"median ratio: unix/engine {statistics.median(ru):.2f}, tls/engine {statistics.median(rt):.2f} (wall time); "
+print(f"median ratio: unix/engine {statistics.median(ru):.2f}, tls/engine {statistics.median(rt):.2f}, "
+      f"unix with the client's SHA-256/engine {statistics.median(rh):.2f} (wall time); "
       f"per CPU second: unix/engine {statistics.median(cu):.2f}, tls/engine {statistics.median(ct):.2f}; "
       f"a lone socket pair carried {statistics.median(rs):.2f} x the engine's rate")
 split = [[float(x) for x in l.split()] for l in open(sys.argv[10]) if l.strip()]

@@ -9,6 +9,10 @@ octets of a message script the outcome:
   FAIL <status>\\n    plaintext streams, then RESULT <status>
   CLOSE\\n            the connection is cut after the first plaintext frame
   GARBAGE\\n          garbage instead of a reply, then close
+  VARY<c>\\n          as anything else, but every second such request of
+                     the server gets one octet more (its plaintext is
+                     longer) and every third has <c> changed to '#' (the
+                     same length, other octets)
   anything else      plaintext streams, RESULT OK with integrity MDC
 Plaintext is echoed while ciphertext is still being read, so a client that
 does not read while it writes deadlocks here, as it would with the daemon.
@@ -180,6 +184,7 @@ class FakeServer:
             off += 3 + n
         self._note(DECRYPT, flags, pw)
         mode, status = None, 0
+        vary = None
         first = True
         held = []
         total_in = total_out = 0
@@ -207,6 +212,12 @@ class FakeServer:
                 elif line == b"GARBAGE":
                     s.sendall(b"\xff" * 64)
                     raise EOFError
+                elif line.startswith(b"VARY") and len(line) == 5:
+                    with self.lock:
+                        self.varied = getattr(self, "varied", 0) + 1
+                        vary = self.varied
+                    if vary % 3 == 0:
+                        d = d[:4] + b"#" + d[5:]
                 if flags & 2 and not answered:
                     s.sendall(frame(METADATA, fid, tlv(0x10, b"name.txt") + tlv(0x11, struct.pack(">I", 1)) +
                                     tlv(0x12, b"b") + tlv(0x15, b"\x09")))
@@ -220,6 +231,9 @@ class FakeServer:
             total_out += len(d)
         if answered:
             return
+        if vary and vary % 2 == 0 and not flags & 1:
+            s.sendall(frame(DATA, fid, b"+"))
+            total_out += 1
         self._strict(s, buf)
         if mode == "fail":
             s.sendall(result(fid, status, 0, total_in, total_out, "failure by script"))

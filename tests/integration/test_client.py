@@ -380,6 +380,32 @@ def test_bench_json(fake, tmp_path):
     assert len(s.requests) == 200
 
 
+def test_bench_no_digest(fake, tmp_path):
+    """bench checks every plaintext against the first of its file: by
+    SHA-256, or with --no-digest by length only (the digest is the client's
+    main cost on large messages, taken from the daemon's cores when both
+    share a machine).  The fake server varies the plaintext of a VARY
+    message: every second one longer, every third other octets."""
+    s = fake()
+    a = tmp_path / "a"
+    a.write_bytes(b"VARYx\n" + b"a" * 4096)
+    r = run(["--socket", s.path, "bench", "--requests", "12", "--json", str(a)])
+    assert r.returncode == 70, r.stderr
+    j = json.loads(r.stdout)
+    assert j["digest"] is True and j["mismatched"] == 8, j  # 2..12: six longer, 3 and 9 other octets
+    assert j["plaintext_sha256"] == [hashlib.sha256(b"VARYx\n" + b"a" * 4096).hexdigest().upper()]
+    r = run(["--socket", s.path, "bench", "--no-digest", "--requests", "12", "--json", str(a)])
+    assert r.returncode == 70, r.stderr
+    j = json.loads(r.stdout)
+    assert j["digest"] is False and j["plaintext_sha256"] == [""], j
+    assert j["mismatched"] == 6, j  # 13..24: the six longer ones; 15 and 21 go unseen
+    assert "6 plaintexts differ" in r.stderr.decode()
+    r = run(["--socket", s.path, "bench", "--no-digest", "--requests", "5", str(tmp_path / "a")])
+    assert "(in length: --no-digest)" in r.stdout.decode()
+    r = run(["--socket", s.path, "--no-digest", str(a)])
+    assert r.returncode == 64 and b"belong to bench" in r.stderr
+
+
 def test_bench_text_and_failures(fake, tmp_path):
     s = fake()
     a = tmp_path / "a"
