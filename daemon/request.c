@@ -63,7 +63,7 @@ struct pd_request {
 	 * jin, which only the job touches while it is out (pd_buf, buf.h). */
 	struct pd_buf lin, jin;
 	size_t in_cap;
-	size_t cap_max;         /* in_cap and out_limit grow to this (request-buffer-max) */
+	size_t cap_max;         /* in_cap and out_cap grow to this (request-buffer-max) */
 	bool job_end;           /* snapshot: tell the engine the input ended */
 	bool end_told;
 
@@ -74,7 +74,9 @@ struct pd_request {
 	uint64_t job_plain;
 
 	struct pd_obuf_list outq; /* encoded frames not yet taken by the session */
-	size_t out_limit;       /* back-pressure (ii) */
+	size_t out_limit;       /* back-pressure (ii): no job while outq holds this (request-buffer) */
+	size_t out_cap;         /* the most one job may write: out_limit, grown with in_cap */
+	size_t job_cap;         /* what this job may write (out_cap within the write watermark) */
 	size_t held_limit;      /* verified-only: everything is held until DONE */
 	size_t held;            /* bytes of outq taken from the held budget */
 	uint16_t held_over;     /* verified-only: a hold limit was hit (LIMIT or
@@ -418,7 +420,7 @@ static void job_result(struct pd_request *r, struct frame_writer *fw, int err, s
 static void job_work(struct pd_job *j, struct pd_worker *w)
 {
 	struct pd_request *r = container_of(j, struct pd_request, job);
-	size_t cap = r->out_limit + 2 * PD_FRAME_STRUCT_MAX + 2 * PD_FRAME_HDR_LEN;
+	size_t cap = r->job_cap + 2 * PD_FRAME_STRUCT_MAX + 2 * PD_FRAME_HDR_LEN;
 	struct frame_writer fw = { .frame = SIZE_MAX, .max_frame = r->max_frame, .id = r->id };
 	size_t jpos = 0;
 	int st;
@@ -453,7 +455,7 @@ static void job_work(struct pd_job *j, struct pd_worker *w)
 			}
 		}
 		uint8_t *p = NULL;
-		size_t room = frame_room(&fw, r->out_limit, &p);
+		size_t room = frame_room(&fw, r->job_cap, &p);
 		size_t got = 0;
 		if (!room) {
 			r->wait = W_ROOM;
@@ -665,8 +667,8 @@ static void grow_buffers(struct pd_request *r)
 	if (r->in_cap >= r->cap_max || r->input_ended || r->bytes_in < 4 * (uint64_t)r->in_cap)
 		return;
 	size_t in = r->in_cap * 2 < r->cap_max ? r->in_cap * 2 : r->cap_max;
-	size_t out = r->out_limit < in ? in : r->out_limit;
-	uint64_t extra = 2 * (uint64_t)(in - r->in_cap) + 2 * (uint64_t)(out - r->out_limit);
+	size_t out = r->out_cap < in ? in : r->out_cap;
+	uint64_t extra = 2 * (uint64_t)(in - r->in_cap) + 2 * (uint64_t)(out - r->out_cap);
 	struct pd_budget *b = pd_adm_memory();
 	if (!b || pd_budget_take(b, extra) < 0) {
 		r->cap_max = r->in_cap; /* not for this request, then */
@@ -681,7 +683,22 @@ static void grow_buffers(struct pd_request *r)
 		return;
 	}
 	r->in_cap = in;
-	r->out_limit = out;
+	r->out_cap = out;
+}
+
+/* A job writes at most out_cap, and no more than the session can still
+ * take below its write-high-watermark with what is queued here: a client
+ * that reads slowly sees the unsent output bounded as with request-buffer
+ * alone (the watermark and about one request-buffer), a fast one gets the
+ * large hand-offs.  Verified-only output is held here, not sent: as
+ * before. */
+static size_t job_cap(struct pd_request *r)
+{
+	if (r->verified_only || r->out_cap <= r->out_limit)
+		return r->out_limit;
+	size_t room = r->o->write_room(r->o->ctx);
+	room = room > r->outq.bytes ? room - r->outq.bytes : 0;
+	return room < r->out_limit ? r->out_limit : room > r->out_cap ? r->out_cap : room;
 }
 
 void pd_request_kick(struct pd_request *r)
@@ -717,6 +734,7 @@ void pd_request_kick(struct pd_request *r)
 		wake(r); /* room for more ciphertext */
 	}
 	r->job_end = r->input_ended && !pd_buf_len(&r->lin);
+	r->job_cap = job_cap(r);
 	r->job.work = job_work;
 	r->job.done = job_done;
 	err = pd_pool_submit(pd_d.pool, &r->job);
@@ -742,7 +760,7 @@ int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owne
 	r->want_sk = dr->flags & PD_DF_WANT_SESSION_KEY;
 	r->may_export = r->want_sk && may_export;
 	r->max_frame = o->max_frame;
-	r->out_limit = c->request_buffer;
+	r->out_limit = r->out_cap = r->job_cap = c->request_buffer;
 	r->cap_max = c->request_buffer_max;
 	r->held_limit = c->max_verified_size;
 	r->max_in = c->max_message_size;
@@ -830,7 +848,7 @@ static bool activate(struct pd_request *r)
 	r->slot = true;
 	/* Its buffers: the two hand-off buffers, a job's output and as much
 	 * again queued (back-pressure (ii)); the engine takes its own share. */
-	uint64_t need = 2 * (uint64_t)r->in_cap + 2 * ((uint64_t)r->out_limit + 2 * PD_FRAME_STRUCT_MAX);
+	uint64_t need = 2 * (uint64_t)r->in_cap + 2 * ((uint64_t)r->out_cap + 2 * PD_FRAME_STRUCT_MAX);
 	struct pd_budget *b = pd_adm_memory();
 	if (!b || pd_budget_take(b, need) < 0) {
 		pd_request_abort(r, PD_ST_OVERLOADED, "memory for messages in progress at its limit (max-memory); retry later");
@@ -906,29 +924,60 @@ size_t pd_request_room(const struct pd_request *r)
 	return r->in_cap - pd_buf_len(&r->lin); /* compacted in pd_request_feed() if need be */
 }
 
-void pd_request_feed(struct pd_request *r, const uint8_t *p, size_t len)
+/* len octets of ciphertext arrive: counted, checked against
+ * max-message-size and the room; true when they go into lin (whose tail has
+ * room for them then). */
+static bool take_in(struct pd_request *r, size_t len)
 {
 	pd_stats_bytes_in(len);
 	if (!r->decrypt || r->answered)
-		return;
+		return false;
 	if (r->max_in && (r->bytes_in + len > r->max_in || r->bytes_in + len < r->bytes_in)) {
 		char why[128];
 		snprintf(why, sizeof(why), "message larger than max-message-size (%llu bytes)", (unsigned long long)r->max_in);
 		pd_request_abort(r, PD_ST_LIMIT, why);
-		return;
+		return false;
 	}
 	r->bytes_in += len;
 	if (!len) /* an empty DATA frame: nothing to do, no slot to take */
-		return;
+		return false;
 	if (!activate(r))
-		return;
+		return false;
 	if (len > r->in_cap - pd_buf_len(&r->lin)) { /* the session checks room; never overflow */
 		pd_request_abort(r, PD_ST_INTERNAL, "input buffer overflow");
-		return;
+		return false;
 	}
 	if (pd_buf_tail_room(&r->lin) < len)
 		pd_buf_compact(&r->lin);
-	pd_buf_put(&r->lin, p, len);
+	return true;
+}
+
+void pd_request_feed(struct pd_request *r, const uint8_t *p, size_t len)
+{
+	if (take_in(r, len))
+		pd_buf_put(&r->lin, p, len);
+}
+
+uint8_t *pd_request_direct(struct pd_request *r, size_t *len)
+{
+	if (!r->decrypt || r->answered || !r->slot || !r->lin.d)
+		return NULL;
+	size_t room = r->in_cap - pd_buf_len(&r->lin);
+	if (*len > room)
+		*len = room;
+	if (!*len)
+		return NULL;
+	if (pd_buf_tail_room(&r->lin) < *len)
+		pd_buf_compact(&r->lin);
+	return pd_buf_tail(&r->lin);
+}
+
+void pd_request_commit(struct pd_request *r, size_t n)
+{
+	/* The octets are in lin's tail already: the checks as for a copy, then
+	 * they count.  Refused (LIMIT), they are wiped with lin. */
+	if (take_in(r, n))
+		pd_buf_commit(&r->lin, n);
 }
 
 void pd_request_end(struct pd_request *r)
@@ -954,8 +1003,7 @@ bool pd_request_take_output(struct pd_request *r, struct pd_obuf_list *out, bool
 	struct pd_obuf *o;
 	while ((o = pd_obuf_pop(&r->outq)))
 		pd_obuf_push(out, o);
-	pd_request_kick(r);
-	return r->terminal_taken;
+	return r->terminal_taken; /* the session kicks once it has queued out */
 }
 
 bool pd_request_started(const struct pd_request *r) { return !r->decrypt || r->slot || r->answered; }

@@ -77,6 +77,7 @@ struct pd_session {
 	struct pd_buf rb;         /* read buffer (RBUF_SIZE), buf.h */
 	struct pd_request_owner owner; /* what its requests may ask of it */
 	bool reading, eof, throttled;
+	bool direct;              /* on_alloc gave the receiving request's buffer, not rb */
 	bool tls_full;            /* the TLS layer stopped for want of read-buffer room */
 	uv_shutdown_t shutdown_req;
 
@@ -434,6 +435,8 @@ static void flush(struct pd_session *s)
 		struct pd_obuf_list out = { 0 };
 		bool done = pd_request_take_output(r, &out, true);
 		write_list(s, &out);
+		if (!done && !is_closing(s))
+			pd_request_kick(r); /* after the write: its next job sees this output as unsent */
 		if (!done || is_closing(s))
 			break;
 		rq_pop(s);
@@ -630,13 +633,33 @@ static bool can_take_frame(const struct pd_session *s)
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
 	struct pd_session *s = h->data;
+	s->direct = false;
 	if (s->tls) {
 		uint8_t *p;
 		size_t room = pd_tls_in_room(s->tls, &p);
 		*buf = uv_buf_init((char *)p, (unsigned)room);
 		return;
 	}
-	*buf = uv_buf_init((char *)pd_buf_tail(&s->rb), (unsigned)pd_buf_tail_room(&s->rb));
+	/* A large message streaming in (its request started, room for a
+	 * frame), nothing else read: the rest of a DATA payload goes straight
+	 * into the request's input buffer (no copy out of rb, no wipe of it
+	 * there; on_read() tells the decoder and the request), and between
+	 * payloads only the next frame header is read into rb.  Frames are as
+	 * large as rb, so without that each read would take most of a payload
+	 * through rb. */
+	size_t n = 1, rb_len = pd_buf_tail_room(&s->rb);
+	uint8_t *p;
+	if (!pd_buf_len(&s->rb) && s->rx && !is_ending(s) && can_take_frame(s) && pd_request_direct(s->rx, &n)) {
+		n = pd_frame_decoder_data_left(s->dec);
+		if (n && (p = pd_request_direct(s->rx, &n))) {
+			s->direct = true;
+			*buf = uv_buf_init((char *)p, n > UINT_MAX ? UINT_MAX : (unsigned)n);
+			return;
+		}
+		if (!n && !pd_frame_decoder_pending(s->dec) && rb_len > PD_FRAME_HDR_LEN)
+			rb_len = PD_FRAME_HDR_LEN;
+	}
+	*buf = uv_buf_init((char *)pd_buf_tail(&s->rb), (unsigned)rb_len);
 }
 
 static void update_reading(struct pd_session *s)
@@ -676,12 +699,18 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 		uv_read_stop(&s->io.s);
 		s->reading = false;
 	} else {
-		if (s->tls)
+		if (s->tls) {
 			pd_tls_in_commit(s->tls, (size_t)nread);
-		else
+		} else if (s->direct) {
+			/* the DATA slice is in the request's buffer already */
+			pd_frame_decoder_skip_data(s->dec, (size_t)nread);
+			pd_request_commit(s->rx, (size_t)nread);
+		} else {
 			pd_buf_commit(&s->rb, (size_t)nread);
+		}
 		s->last_activity = uv_now(pd_d.loop);
 	}
+	s->direct = false;
 	process(s);
 }
 
@@ -853,6 +882,13 @@ static bool owner_pressure(void *ctx)
 	return s->throttled || (g.write_paused && s->wbytes);
 }
 
+static size_t owner_write_room(void *ctx)
+{
+	const struct pd_session *s = ctx;
+	size_t hw = pd_d.cfg->write_high_watermark;
+	return s->wbytes < hw ? hw - s->wbytes : 0;
+}
+
 unsigned pd_sessions_count(void) { return g.n_served; }
 uint64_t pd_sessions_accepted(void) { return g.accepted; }
 uint64_t pd_sessions_unsent(void) { return g.unsent; }
@@ -918,6 +954,7 @@ void pd_session_start(struct pd_session *s, const char *where)
 
 	s->max_frame = c->max_frame_size;
 	s->owner = (struct pd_request_owner){ .ctx = s, .wake = owner_wake, .write_pressure = owner_pressure,
+	                                      .write_room = owner_write_room,
 	                                      .max_frame = s->max_frame, .peer = s->peer.name };
 	s->max_inflight = c->max_requests_per_connection;
 	s->last_activity = s->last_write = s->t_accept = uv_now(pd_d.loop);
