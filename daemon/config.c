@@ -59,7 +59,7 @@ static const struct opt opts[] = {
 	{ "write-low-watermark", 0, T_SIZE, O(write_low_watermark), "BYTES", "resume reading below this (default 256K)" },
 	{ "max-write-buffer", 0, T_SIZE, O(max_write_buffer), "BYTES", "unsent output of all connections together that pauses decryption until it drains (default 256M)" },
 	{ "request-buffer", 0, T_SIZE, O(request_buffer), "BYTES", "ciphertext and plaintext buffered per request (default 128K)" },
-	{ "request-buffer-max", 0, T_SIZE, O(request_buffer_max), "BYTES", "request-buffer grows to this while a large message streams in (default 1M)" },
+	{ "request-buffer-max", 0, T_SIZE, O(request_buffer_max), "BYTES", "request-buffer grows to this while a large message streams in (default 512K)" },
 	{ "max-verified-size", 0, T_SIZE, O(max_verified_size), "BYTES", "plaintext held for one verified-only request (default 64M)" },
 	{ "max-verified-total", 0, T_SIZE, O(max_verified_total), "BYTES", "plaintext held for all verified-only requests (default 256M)" },
 	{ "max-memory", 0, T_SIZE, O(max_memory), "BYTES", "memory of all messages in progress: buffers, decompressors, AEAD chunks, Argon2 (default 1G)" },
@@ -111,7 +111,7 @@ static void set_defaults(struct pd_config *c)
 	c->write_low_watermark = 256u << 10;
 	c->max_write_buffer = 256u << 20;
 	c->request_buffer = 128u << 10;
-	c->request_buffer_max = 1u << 20;
+	c->request_buffer_max = 512u << 10;
 	c->max_key_trials = 8;
 	c->max_argon2_memory = 256ull << 20;
 	c->max_argon2_passes = 8;

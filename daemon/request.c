@@ -77,6 +77,7 @@ struct pd_request {
 	size_t out_limit;       /* back-pressure (ii): no job while outq holds this (request-buffer) */
 	size_t out_cap;         /* the most one job may write: out_limit, grown with in_cap */
 	size_t job_cap;         /* what this job may write (out_cap within the write watermark) */
+	size_t taken;           /* output the session took and is about to write (pd_request_take_output) */
 	size_t held_limit;      /* verified-only: everything is held until DONE */
 	size_t held;            /* bytes of outq taken from the held budget */
 	uint16_t held_over;     /* verified-only: a hold limit was hit (LIMIT or
@@ -667,7 +668,11 @@ static void grow_buffers(struct pd_request *r)
 	if (r->in_cap >= r->cap_max || r->input_ended || r->bytes_in < 4 * (uint64_t)r->in_cap)
 		return;
 	size_t in = r->in_cap * 2 < r->cap_max ? r->in_cap * 2 : r->cap_max;
-	size_t out = r->out_cap < in ? in : r->out_cap;
+	/* A job's output and the one before it, still being written, fit
+	 * under the write watermark together (see job_cap()): more would
+	 * only make the next job wait, or be cut to what fits. */
+	size_t half = pd_d.cfg->write_high_watermark / 2;
+	size_t out = in < half ? in : half > r->out_cap ? half : r->out_cap;
 	uint64_t extra = 2 * (uint64_t)(in - r->in_cap) + 2 * (uint64_t)(out - r->out_cap);
 	struct pd_budget *b = pd_adm_memory();
 	if (!b || pd_budget_take(b, extra) < 0) {
@@ -696,8 +701,8 @@ static size_t job_cap(struct pd_request *r)
 {
 	if (r->verified_only || r->out_cap <= r->out_limit)
 		return r->out_limit;
-	size_t room = r->o->write_room(r->o->ctx);
-	room = room > r->outq.bytes ? room - r->outq.bytes : 0;
+	size_t room = r->o->write_room(r->o->ctx), queued = r->outq.bytes + r->taken;
+	room = room > queued ? room - queued : 0;
 	return room < r->out_limit ? r->out_limit : room > r->out_cap ? r->out_cap : room;
 }
 
@@ -924,60 +929,29 @@ size_t pd_request_room(const struct pd_request *r)
 	return r->in_cap - pd_buf_len(&r->lin); /* compacted in pd_request_feed() if need be */
 }
 
-/* len octets of ciphertext arrive: counted, checked against
- * max-message-size and the room; true when they go into lin (whose tail has
- * room for them then). */
-static bool take_in(struct pd_request *r, size_t len)
+void pd_request_feed(struct pd_request *r, const uint8_t *p, size_t len)
 {
 	pd_stats_bytes_in(len);
 	if (!r->decrypt || r->answered)
-		return false;
+		return;
 	if (r->max_in && (r->bytes_in + len > r->max_in || r->bytes_in + len < r->bytes_in)) {
 		char why[128];
 		snprintf(why, sizeof(why), "message larger than max-message-size (%llu bytes)", (unsigned long long)r->max_in);
 		pd_request_abort(r, PD_ST_LIMIT, why);
-		return false;
+		return;
 	}
 	r->bytes_in += len;
 	if (!len) /* an empty DATA frame: nothing to do, no slot to take */
-		return false;
+		return;
 	if (!activate(r))
-		return false;
+		return;
 	if (len > r->in_cap - pd_buf_len(&r->lin)) { /* the session checks room; never overflow */
 		pd_request_abort(r, PD_ST_INTERNAL, "input buffer overflow");
-		return false;
+		return;
 	}
 	if (pd_buf_tail_room(&r->lin) < len)
 		pd_buf_compact(&r->lin);
-	return true;
-}
-
-void pd_request_feed(struct pd_request *r, const uint8_t *p, size_t len)
-{
-	if (take_in(r, len))
-		pd_buf_put(&r->lin, p, len);
-}
-
-uint8_t *pd_request_direct(struct pd_request *r, size_t *len)
-{
-	if (!r->decrypt || r->answered || !r->slot || !r->lin.d)
-		return NULL;
-	size_t room = r->in_cap - pd_buf_len(&r->lin);
-	if (*len > room)
-		*len = room;
-	if (!*len)
-		return NULL;
-	if (pd_buf_tail_room(&r->lin) < *len)
-		pd_buf_compact(&r->lin);
-	return pd_buf_tail(&r->lin);
-}
-
-void pd_request_commit(struct pd_request *r, size_t n)
-{
-	/* The octets are in lin's tail already: the checks as for a copy, then
-	 * they count.  Refused (LIMIT), they are wiped with lin. */
-	if (take_in(r, n))
-		pd_buf_commit(&r->lin, n);
+	pd_buf_put(&r->lin, p, len);
 }
 
 void pd_request_end(struct pd_request *r)
@@ -1003,7 +977,12 @@ bool pd_request_take_output(struct pd_request *r, struct pd_obuf_list *out, bool
 	struct pd_obuf *o;
 	while ((o = pd_obuf_pop(&r->outq)))
 		pd_obuf_push(out, o);
-	return r->terminal_taken; /* the session kicks once it has queued out */
+	/* The next job starts now, while the session writes out; it is sized
+	 * as if none of out had left yet. */
+	r->taken = out->bytes;
+	pd_request_kick(r);
+	r->taken = 0;
+	return r->terminal_taken;
 }
 
 bool pd_request_started(const struct pd_request *r) { return !r->decrypt || r->slot || r->answered; }

@@ -59,23 +59,13 @@ size_t pd_request_room(const struct pd_request *r);
  * once it has taken every frame of a read, so that a small message that
  * arrived whole (DECRYPT, DATA, END) costs one job, not one per frame. */
 void pd_request_feed(struct pd_request *r, const uint8_t *p, size_t len);
-/** Where up to *len (in: wanted, out: at most that) octets of ciphertext
- * may be read straight into the request's input buffer, or NULL when not
- * now (not started yet: its first ciphertext goes through
- * pd_request_feed(), which takes its slot and buffers; answered; no
- * room).  The caller reads there, then pd_request_commit()s what it read,
- * before anything else touches the request. */
-uint8_t *pd_request_direct(struct pd_request *r, size_t *len);
-/** n octets were read at pd_request_direct()'s pointer: as pd_request_feed(). */
-void pd_request_commit(struct pd_request *r, size_t n);
 /** The client sent END. */
 void pd_request_end(struct pd_request *r);
 /** Whether the request still waits for ciphertext frames (DATA/END). */
 bool pd_request_receiving(const struct pd_request *r);
-/** Move output the session may write now into out; true once the terminal
- * frame is among it (the request is then finished with, except for input).
- * The session queues out for writing and then calls pd_request_kick(), so
- * that the next job is sized with that output counted as unsent. */
+/** Move output the session may write now into out (and submit the next job
+ * at once, sized with out counted as unsent); true once the terminal
+ * frame is among it (the request is then finished with, except for input). */
 bool pd_request_take_output(struct pd_request *r, struct pd_obuf_list *out, bool head);
 /** Conditions changed (write progress, became head): submit a job if one can go. */
 void pd_request_kick(struct pd_request *r);

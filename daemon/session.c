@@ -77,7 +77,6 @@ struct pd_session {
 	struct pd_buf rb;         /* read buffer (RBUF_SIZE), buf.h */
 	struct pd_request_owner owner; /* what its requests may ask of it */
 	bool reading, eof, throttled;
-	bool direct;              /* on_alloc gave the receiving request's buffer, not rb */
 	bool tls_full;            /* the TLS layer stopped for want of read-buffer room */
 	uv_shutdown_t shutdown_req;
 
@@ -435,8 +434,6 @@ static void flush(struct pd_session *s)
 		struct pd_obuf_list out = { 0 };
 		bool done = pd_request_take_output(r, &out, true);
 		write_list(s, &out);
-		if (!done && !is_closing(s))
-			pd_request_kick(r); /* after the write: its next job sees this output as unsent */
 		if (!done || is_closing(s))
 			break;
 		rq_pop(s);
@@ -633,33 +630,13 @@ static bool can_take_frame(const struct pd_session *s)
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
 	struct pd_session *s = h->data;
-	s->direct = false;
 	if (s->tls) {
 		uint8_t *p;
 		size_t room = pd_tls_in_room(s->tls, &p);
 		*buf = uv_buf_init((char *)p, (unsigned)room);
 		return;
 	}
-	/* A large message streaming in (its request started, room for a
-	 * frame), nothing else read: the rest of a DATA payload goes straight
-	 * into the request's input buffer (no copy out of rb, no wipe of it
-	 * there; on_read() tells the decoder and the request), and between
-	 * payloads only the next frame header is read into rb.  Frames are as
-	 * large as rb, so without that each read would take most of a payload
-	 * through rb. */
-	size_t n = 1, rb_len = pd_buf_tail_room(&s->rb);
-	uint8_t *p;
-	if (!pd_buf_len(&s->rb) && s->rx && !is_ending(s) && can_take_frame(s) && pd_request_direct(s->rx, &n)) {
-		n = pd_frame_decoder_data_left(s->dec);
-		if (n && (p = pd_request_direct(s->rx, &n))) {
-			s->direct = true;
-			*buf = uv_buf_init((char *)p, n > UINT_MAX ? UINT_MAX : (unsigned)n);
-			return;
-		}
-		if (!n && !pd_frame_decoder_pending(s->dec) && rb_len > PD_FRAME_HDR_LEN)
-			rb_len = PD_FRAME_HDR_LEN;
-	}
-	*buf = uv_buf_init((char *)pd_buf_tail(&s->rb), (unsigned)rb_len);
+	*buf = uv_buf_init((char *)pd_buf_tail(&s->rb), (unsigned)pd_buf_tail_room(&s->rb));
 }
 
 static void update_reading(struct pd_session *s)
@@ -699,18 +676,12 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 		uv_read_stop(&s->io.s);
 		s->reading = false;
 	} else {
-		if (s->tls) {
+		if (s->tls)
 			pd_tls_in_commit(s->tls, (size_t)nread);
-		} else if (s->direct) {
-			/* the DATA slice is in the request's buffer already */
-			pd_frame_decoder_skip_data(s->dec, (size_t)nread);
-			pd_request_commit(s->rx, (size_t)nread);
-		} else {
+		else
 			pd_buf_commit(&s->rb, (size_t)nread);
-		}
 		s->last_activity = uv_now(pd_d.loop);
 	}
-	s->direct = false;
 	process(s);
 }
 

@@ -18,7 +18,6 @@ struct pd_frame_decoder {
 	uint8_t *buf;            /* payload of a frame split across calls */
 	size_t buf_cap, have;
 	size_t stale;            /* octets of buf handed out last call: wiped at the next */
-	bool streamed;           /* driven by pd_frame_decode_stream (DATA never gathered) */
 	int err;                 /* sticky */
 	char detail[128];
 };
@@ -261,27 +260,9 @@ int pd_frame_decode(struct pd_frame_decoder *d, const uint8_t *in, size_t len, s
 	return decode(d, false, 0, in, len, ret_consumed, ret_hdr, ret_payload);
 }
 
-size_t pd_frame_decoder_data_left(const struct pd_frame_decoder *d)
-{
-	return d->streamed && !d->err && d->have_hdr && d->cur.type == PD_FT_DATA ? d->cur.len - d->have : 0;
-}
-
-void pd_frame_decoder_skip_data(struct pd_frame_decoder *d, size_t n)
-{
-	if (n > pd_frame_decoder_data_left(d))
-		abort(); /* the caller read past the payload: a bug, never data */
-	d->have += n;
-	if (d->have == d->cur.len) {
-		d->have_hdr = false;
-		d->hdr_have = 0;
-		d->have = 0;
-	}
-}
-
 int pd_frame_decode_stream(struct pd_frame_decoder *d, const uint8_t *in, size_t len, size_t data_room,
                            size_t *ret_consumed, struct pd_frame_hdr *ret_hdr, const uint8_t **ret_payload)
 {
-	d->streamed = true;
 	return decode(d, true, data_room, in, len, ret_consumed, ret_hdr, ret_payload);
 }
 

@@ -134,14 +134,6 @@ int pd_frame_decode(struct pd_frame_decoder *d, const uint8_t *in, size_t len, s
  * driven by one of the two functions only. */
 int pd_frame_decode_stream(struct pd_frame_decoder *d, const uint8_t *in, size_t len, size_t data_room,
                            size_t *ret_consumed, struct pd_frame_hdr *ret_hdr, const uint8_t **ret_payload);
-/** Streamed (pd_frame_decode_stream): octets of the current DATA frame's
- * payload still to come, 0 when not inside one.  The caller may read up to
- * that many straight to where they go and say so with
- * pd_frame_decoder_skip_data(); they are the frame's DATA slice. */
-size_t pd_frame_decoder_data_left(const struct pd_frame_decoder *d);
-/** n (at most pd_frame_decoder_data_left()) octets of the current DATA
- * payload were taken by the caller without passing through the decoder. */
-void pd_frame_decoder_skip_data(struct pd_frame_decoder *d, size_t n);
 /** Octets of an incomplete frame held (or, for a DATA frame streamed, seen):
  * nonzero at EOF means a truncated frame. */
 size_t pd_frame_decoder_pending(const struct pd_frame_decoder *d);

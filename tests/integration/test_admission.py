@@ -314,7 +314,8 @@ def _peak_memory_while_streaming(d, msg, plain):
 
 def test_large_message_buffers_grow_within_request_buffer_max(world, tmp_path):
     """A message several times larger than request-buffer moves in larger
-    hand-offs: its buffers double up to request-buffer-max (1M by default),
+    hand-offs: its buffers double up to request-buffer-max (512K by
+    default), a job's output to at most half of write-high-watermark,
     drawn from max-memory and all given back when it is answered; with
     request-buffer-max at request-buffer they stay as they are.  (Before
     there was no growth: 128 KiB hand-offs, each a worker's and then the
@@ -324,8 +325,10 @@ def test_large_message_buffers_grow_within_request_buffer_max(world, tmp_path):
     msg = world["gpg"].encrypt(plain, "alice@example.org", compress=0)
     mib = 1 << 20
     # request-buffer 128K: its buffers are two 128K inputs and two outputs
-    # of 128K and a frame's margin; grown to 1M, the same at 1M.
-    for name, args, lo, hi in (("grown", (), 4 * mib, 6 * mib),
+    # of 128K and a frame's margin; grown to 512K, the same at 512K; at 1M
+    # the inputs, and the outputs at half the 1M watermark.
+    for name, args, lo, hi in (("grown", (), 2 * mib, 3 * mib),
+                               ("1M", ("--request-buffer-max", "1M"), 3 * mib, 4 * mib),
                                ("flat", ("--request-buffer-max", "128K"), 1, mib)):
         where = tmp_path / name
         where.mkdir()

@@ -470,6 +470,43 @@ def test_slow_reader_bounded_rss(world, tmp_path):
         assert d.stop() == 0
 
 
+def test_data_frames_of_any_size_in_a_large_message(world, tmp_path):
+    """DATA frames are taken in slices straight from the read buffer, as
+    much as the request has room for (pd_frame_decode_stream), into buffers
+    that grow while the message streams: frames of every size in any mix
+    (empty, one octet, the largest, one either side of 16 KiB) still give
+    the plaintext byte for byte."""
+    plain = os.urandom(5 << 20)
+    msg = world["gpg"].encrypt(plain, "alice@example.org", compress=0)
+    sizes = [65536, 1, 20000, 7, 16384, 65536, 65536, 3, 40000, 16383, 16385, 0, 65535, 2, 65536]
+    d = Daemon(world, tmp_path)
+    try:
+        c = d.client(timeout=120)
+        rid = c.new_id()
+
+        def send():
+            c.send(frame(pdwire.DECRYPT, rid, struct.pack(">I", 0)))
+            off, i, out = 0, 0, []
+            while off < len(msg):
+                n = sizes[i % len(sizes)]
+                out.append(frame(pdwire.DATA, rid, msg[off:off + n]))
+                off += n
+                i += 1
+                if len(out) == 64:
+                    c.send(b"".join(out))
+                    out = []
+            c.send(b"".join(out) + frame(pdwire.END, rid))
+        import threading
+        t = threading.Thread(target=send, daemon=True)
+        t.start()
+        got, res, _ = c.read_reply(rid)
+        t.join(60)
+        assert res["name"] == "OK", res
+        assert got == plain
+    finally:
+        assert d.stop() == 0
+
+
 def test_slow_reader_compressed_large_message_bounded(world, tmp_path):
     """A large message whose last 200 MiB of plaintext come from a few
     hundred KiB of compressed ciphertext, to a client that reads slowly:
