@@ -400,20 +400,27 @@ static void test_weierstrass(void **state)
 	}
 }
 
+/* The RFC 9580 A.4 v6 X25519 secret key file into buf; its length. */
+static size_t load_a04(uint8_t *buf, size_t cap)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/keys/a04-v6-secret-key.gpg", PD_TEST_DATA);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	size_t len = fread(buf, 1, cap, f);
+	fclose(f);
+	assert_true(len > 0 && len < cap);
+	return len;
+}
+
 /* pd_keyring_set_workers: an OpenSSL ECDH key keeps contexts for that
  * many workers (it held 256 slots, 2 KiB, whatever the worker count); a
  * worker past them derives the same with a one-off context. */
 static void test_worker_slots(void **state)
 {
 	(void)state;
-	char path[512];
-	snprintf(path, sizeof(path), "%s/keys/a04-v6-secret-key.gpg", PD_TEST_DATA);
-	FILE *f = fopen(path, "rb");
-	assert_non_null(f);
 	uint8_t buf[4096];
-	size_t len = fread(buf, 1, sizeof(buf), f);
-	fclose(f);
-	assert_true(len > 0 && len < sizeof(buf));
+	size_t len = load_a04(buf, sizeof(buf));
 	struct pd_keyring *kr;
 	char detail[200] = "";
 	assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
@@ -438,14 +445,8 @@ static void test_worker_slots(void **state)
 static void test_choice(void **state)
 {
 	(void)state;
-	char path[512];
-	snprintf(path, sizeof(path), "%s/keys/a04-v6-secret-key.gpg", PD_TEST_DATA);
-	FILE *f = fopen(path, "rb");
-	assert_non_null(f);
 	uint8_t buf[4096];
-	size_t len = fread(buf, 1, sizeof(buf), f);
-	fclose(f);
-	assert_true(len > 0 && len < sizeof(buf));
+	size_t len = load_a04(buf, sizeof(buf));
 
 	const char *old = getenv("PD_ECDH_BACKEND");
 	char *save = old ? strdup(old) : NULL;
