@@ -63,6 +63,25 @@ static inline struct pd_obuf *pd_obuf_pop(struct pd_obuf_list *l)
 	return o;
 }
 
+static inline void pd_obuf_free(struct pd_obuf *o);
+
+/** o when it is at least a quarter full, else a copy of its bytes in a
+ * buffer of their size (o wiped and freed): what waits in a write queue
+ * then takes about what it holds, however large the buffer it was built
+ * in.  o itself when the copy cannot be made. */
+static inline struct pd_obuf *pd_obuf_fit(struct pd_obuf *o)
+{
+	if (o->len >= o->cap / 4)
+		return o;
+	struct pd_obuf *n = pd_obuf_new(o->len);
+	if (!n)
+		return o;
+	memcpy(n->data, o->data, o->len);
+	n->len = o->len;
+	pd_obuf_free(o);
+	return n;
+}
+
 /** Free one buffer, its bytes (plaintext) wiped first; accepts NULL. */
 static inline void pd_obuf_free(struct pd_obuf *o)
 {

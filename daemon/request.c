@@ -641,10 +641,16 @@ static void job_done(struct pd_job *j)
 			o = result_obuf(r->id, r->held_over, NULL, why, NULL, r->bytes_in, 0);
 		}
 	}
-	if (o && o->len)
+	if (o && o->len) {
+		/* A large job's buffer (up to half the write watermark) with
+		 * little in it: what waits to be written is counted by its bytes,
+		 * so it must not hold much more memory than that. */
+		if (o->cap > r->out_limit + 4 * PD_FRAME_STRUCT_MAX)
+			o = pd_obuf_fit(o);
 		pd_obuf_push(&r->outq, o);
-	else
+	} else {
 		pd_obuf_free(o);
+	}
 	if (r->job_terminal) {
 		r->answered = true;
 		drop_input(r);
@@ -672,7 +678,8 @@ static void grow_buffers(struct pd_request *r)
 	 * under the write watermark together (see job_cap()): more would
 	 * only make the next job wait, or be cut to what fits. */
 	size_t half = pd_d.cfg->write_high_watermark / 2;
-	size_t out = in < half ? in : half > r->out_cap ? half : r->out_cap;
+	size_t out = r->verified_only ? r->out_cap : /* job_cap() keeps request-buffer for them */
+	             in < half ? in : half > r->out_cap ? half : r->out_cap;
 	uint64_t extra = 2 * (uint64_t)(in - r->in_cap) + 2 * (uint64_t)(out - r->out_cap);
 	struct pd_budget *b = pd_adm_memory();
 	if (!b || pd_budget_take(b, extra) < 0) {
@@ -695,11 +702,13 @@ static void grow_buffers(struct pd_request *r)
  * take below its write-high-watermark with what is queued here: a client
  * that reads slowly sees the unsent output bounded as with request-buffer
  * alone (the watermark and about one request-buffer), a fast one gets the
- * large hand-offs.  Verified-only output is held here, not sent: as
- * before. */
+ * large hand-offs.  Only the head request's output is written now: the
+ * others hold theirs until they are head and it is then written at once,
+ * so they keep request-buffer (two of it held, as before).  Verified-only
+ * output is held here, not sent: as before. */
 static size_t job_cap(struct pd_request *r)
 {
-	if (r->verified_only || r->out_cap <= r->out_limit)
+	if (r->verified_only || r->out_cap <= r->out_limit || !r->o->is_head(r->o->ctx, r))
 		return r->out_limit;
 	size_t room = r->o->write_room(r->o->ctx), queued = r->outq.bytes + r->taken;
 	room = room > queued ? room - queued : 0;

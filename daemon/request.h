@@ -36,6 +36,7 @@ struct pd_request_owner {
 	void (*wake)(void *ctx);           /* output ready or input room: process soon */
 	bool (*write_pressure)(void *ctx); /* back-pressure (ii) for the head request */
 	size_t (*write_room)(void *ctx);   /* unsent output it takes before its high watermark */
+	bool (*is_head)(void *ctx, const struct pd_request *r); /* r's output is the next written */
 	uint32_t max_frame;                /* payload limit announced to the client */
 	const char *peer;                  /* who (peer.c's name), copied for the log line */
 };

@@ -853,6 +853,12 @@ static bool owner_pressure(void *ctx)
 	return s->throttled || (g.write_paused && s->wbytes);
 }
 
+static bool owner_is_head(void *ctx, const struct pd_request *r)
+{
+	const struct pd_session *s = ctx;
+	return s->rq_n && rq_at(s, 0) == r;
+}
+
 static size_t owner_write_room(void *ctx)
 {
 	const struct pd_session *s = ctx;
@@ -925,7 +931,7 @@ void pd_session_start(struct pd_session *s, const char *where)
 
 	s->max_frame = c->max_frame_size;
 	s->owner = (struct pd_request_owner){ .ctx = s, .wake = owner_wake, .write_pressure = owner_pressure,
-	                                      .write_room = owner_write_room,
+	                                      .write_room = owner_write_room, .is_head = owner_is_head,
 	                                      .max_frame = s->max_frame, .peer = s->peer.name };
 	s->max_inflight = c->max_requests_per_connection;
 	s->last_activity = s->last_write = s->t_accept = uv_now(pd_d.loop);

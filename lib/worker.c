@@ -79,7 +79,7 @@ struct pd_worker *pd_worker_free(struct pd_worker *w)
 
 unsigned pd_worker_index(const struct pd_worker *w)
 {
-	return w ? w->index : 0;
+	return w ? w->index : PD_MAX_WORKERS; /* no worker: one-off state, never a worker's slot */
 }
 
 const struct pd_helper *pd_worker_helper(const struct pd_worker *w)

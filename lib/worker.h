@@ -12,7 +12,8 @@
 
 #include "internal.h"
 
-/** Index of this worker (selects per-worker RSA contexts). */
+/** Index of this worker (selects per-worker RSA and ECDH contexts);
+ * PD_MAX_WORKERS for no worker: state made per operation, never a slot. */
 PD_HIDDEN unsigned pd_worker_index(const struct pd_worker *w);
 /** This worker's helper (pd_worker_set_helper), or NULL; NULL w gives NULL. */
 PD_HIDDEN const struct pd_helper *pd_worker_helper(const struct pd_worker *w);

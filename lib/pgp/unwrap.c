@@ -475,7 +475,7 @@ static int unwrap_ecdh(struct pd_worker *w, const struct pd_key *k, const struct
 	/* Shared secret ZB.  A low-order cv25519 point gives an all-zero
 	 * result on both backends: folded into the mask below. */
 	uint8_t *zb = s->shared;
-	r = pd_ecdh_derive(k, w ? pd_worker_index(w) : PD_MAX_WORKERS, cv25519 ? pt + 1 : pt, cv25519 ? 32 : ptlen,
+	r = pd_ecdh_derive(k, pd_worker_index(w), cv25519 ? pt + 1 : pt, cv25519 ? 32 : ptlen,
 	                   zb, fsize);
 	if (r < 0)
 		return r;
@@ -577,7 +577,7 @@ static int unwrap_x(struct pd_worker *w, const struct pd_key *k, const struct pd
 	uint8_t *ikm = s->shared;
 	memcpy(ikm, eph, L);
 	memcpy(ikm + L, k->q, L);
-	r = pd_ecdh_derive(k, w ? pd_worker_index(w) : PD_MAX_WORKERS, eph, L, ikm + 2 * L, L);
+	r = pd_ecdh_derive(k, pd_worker_index(w), eph, L, ikm + 2 * L, L);
 	if (r < 0)
 		return r;
 	/* A low-order point gives s = 0 (RFC 7748 §6): reject without a branch. */

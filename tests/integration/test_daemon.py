@@ -507,6 +507,69 @@ def test_data_frames_of_any_size_in_a_large_message(world, tmp_path):
         assert d.stop() == 0
 
 
+def test_slow_reader_pipelined_large_messages_bounded(world, tmp_path):
+    """Two large messages pipelined on one connection to a client that
+    reads fast, then not at all, then slowly: only the head request's jobs
+    may write more than request-buffer at once (up to what the connection
+    takes below its write watermark); the one behind it holds at most two
+    request-buffers until it is head, and that is then written on top of
+    the head's last output.  A is 24 MiB of plaintext from a few hundred
+    KiB (its END arrives early, B's frames while A still writes); B starts
+    with 2 MiB of padding packets, which it reads (its buffers grow) while
+    writing nothing.  A is BZip2 (its plaintext comes slowly).  (Before: B's jobs, not head, were sized like the
+    head's, up to half the watermark when the client had just read
+    everything, and came on top of A's watermark when A finished.)"""
+    import pgp
+    plain_a = os.urandom(4096) * (6 << 8)  # 24 MiB, compresses to little
+    plain_b = os.urandom(8 << 20)
+    # BZip2: A's plaintext comes slowly, so a fast reader keeps the
+    # connection's unsent output near 0 while B works
+    msg_a = world["gpg"].run("--encrypt", "-r", "alice@example.org", "--compress-algo", "bzip2", input=plain_a)
+    pad = b"".join(pgp.pkt(21, os.urandom(60000)) for _ in range(35))
+    msg_b = pad + world["gpg"].encrypt(plain_b, "alice@example.org", compress=0)
+    want_a, want_b = hashlib.sha256(plain_a).digest(), hashlib.sha256(plain_b).digest()
+    del plain_a, plain_b
+    d = Daemon(world, tmp_path, "--message-timeout", "10m")
+    try:
+        c = d.client(timeout=120)
+        probe = d.client(timeout=60)
+        ra, rb = c.new_id(), c.new_id()
+
+        def send():
+            c.send_decrypt(msg_a, 0, None, ra)
+            c.send_decrypt(msg_b, 0, None, rb)
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        h = {ra: hashlib.sha256(), rb: hashlib.sha256()}
+        res, unsent, n = {}, 0, 0
+
+        def frame_in():
+            ftype, fid, p = c.recv_frame()
+            if ftype == pdwire.DATA:
+                h[fid].update(p)
+            elif ftype == pdwire.RESULT:
+                res[fid] = pdwire.parse_result(p)
+        t0 = time.time()
+        while time.time() - t0 < 0.5 and not res:  # fast: B reads its padding meanwhile
+            frame_in()
+        time.sleep(0.5)  # nothing read: A fills the watermark
+        while len(res) < 2:  # slowly to the end
+            frame_in()
+            n += 1
+            if n % 4 == 0:
+                unsent = max(unsent, pdwire.parse_prometheus(probe.stats())["pgpdecd_unsent_bytes"])
+                time.sleep(0.005)
+        sender.join(60)
+        assert res[ra]["name"] == "OK" and res[rb]["name"] == "OK", res
+        assert h[ra].digest() == want_a and h[rb].digest() == want_b
+        # the watermark, three request-buffers of the head's and two of the
+        # one behind it (128 KiB each with frame slack)
+        assert 0 < unsent <= (1 << 20) + 5 * (136 << 10), unsent
+        print(f"pipelined slow reader: unsent at most {unsent:.0f} bytes")
+    finally:
+        assert d.stop() == 0
+
+
 def test_slow_reader_compressed_large_message_bounded(world, tmp_path):
     """A large message whose last 200 MiB of plaintext come from a few
     hundred KiB of compressed ciphertext, to a client that reads slowly:
