@@ -81,20 +81,25 @@ static void put_process(FILE *f)
 		/* starttime counts from boot, like CLOCK_BOOTTIME: the wall-clock
 		 * start is now less the time since then (/proc/stat's btime is
 		 * not visible under ProcSubset=pid). */
-		struct timespec real, boot;
+		struct timespec real, boot, cpu;
 		clock_gettime(CLOCK_REALTIME, &real);
 		clock_gettime(CLOCK_BOOTTIME, &boot);
+		/* CPU time to the nanosecond (all threads, ended ones too): the
+		 * clock ticks of /proc's utime+stime read 0 for a daemon that has
+		 * used less than one tick, and move in 10 ms steps. */
+		double cpu_s = clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0 ?
+		               (double)cpu.tv_sec + cpu.tv_nsec / 1e9 : (double)(st[14] + st[15]) / (double)tck;
 		double start = (double)real.tv_sec + real.tv_nsec / 1e9 - ((double)boot.tv_sec + boot.tv_nsec / 1e9) +
 		               (double)st[22] / (double)tck;
 		fprintf(f, "# HELP process_cpu_seconds_total User and system CPU time of the daemon, in seconds.\n"
-		           "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %.2f\n"
+		           "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %.6f\n"
 		           "# HELP process_resident_memory_bytes Resident memory, in bytes.\n"
 		           "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %llu\n"
 		           "# HELP process_virtual_memory_bytes Virtual memory, in bytes.\n"
 		           "# TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes %llu\n"
 		           "# HELP process_start_time_seconds Start of the daemon, in seconds since the Unix epoch.\n"
 		           "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.2f\n",
-		        (double)(st[14] + st[15]) / (double)tck, st[24] * (unsigned long long)page, st[23], start);
+		        cpu_s, st[24] * (unsigned long long)page, st[23], start);
 	}
 	long fds = open_fds();
 	if (fds >= 0)
