@@ -8,6 +8,7 @@
 
 #include <gcrypt.h>
 #include <openssl/crypto.h>
+#include <openssl/err.h>
 
 #include "internal.h"
 
@@ -22,6 +23,19 @@ void pd_secure_heap(size_t *ret_size, size_t *ret_used)
 {
 	*ret_size = secure_heap_size;
 	*ret_used = secure_heap_size ? CRYPTO_secure_used() : 0;
+}
+
+int pd_ossl_error(int otherwise)
+{
+	unsigned long e;
+	int r = otherwise;
+
+	while ((e = ERR_get_error()) != 0) {
+		if (ERR_GET_REASON(e) == ERR_R_MALLOC_FAILURE ||
+		    (ERR_GET_LIB(e) == ERR_LIB_CRYPTO && ERR_GET_REASON(e) == CRYPTO_R_SECURE_MALLOC_FAILURE))
+			r = -ENOMEM;
+	}
+	return r;
 }
 
 void pd_lib_versions(const char **ret_gcrypt, const char **ret_openssl)

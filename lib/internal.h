@@ -69,5 +69,11 @@ static inline uint32_t pd_ct_memneq(const void *a, const void *b, size_t len)
 PD_HIDDEN int pd_fail(char *buf, size_t len, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+/** What an OpenSSL call that just failed on this thread means: -ENOMEM when
+ *  its error queue holds an allocation failure (the ordinary or the secure
+ *  heap: a full secmem-size must be reported as such), else `otherwise`.
+ *  Empties the thread's queue either way. */
+PD_HIDDEN int pd_ossl_error(int otherwise);
+
 /** Hex-encode n bytes into out (2n+1 bytes). */
 PD_HIDDEN void pd_hex(char *out, const uint8_t *in, size_t n);

@@ -376,13 +376,13 @@ static int derive_openssl(const struct pd_key *k, unsigned worker, const uint8_t
 	/* No public-key check of the peer: the decode did the on-curve check,
 	 * and small order is handled below. */
 	if (EVP_PKEY_derive_set_peer_ex(ew->derive, pk, 0) <= 0) {
-		r = PD_EINTERNAL;
+		r = pd_ossl_error(PD_EINTERNAL);
 		goto out;
 	}
 	size_t olen = out_len;
 	if (EVP_PKEY_derive(ew->derive, out, &olen) <= 0) {
 		if (!type) {
-			r = PD_EINTERNAL;
+			r = pd_ossl_error(PD_EINTERNAL);
 			goto out;
 		}
 		/* The all-zero shared secret of a small-order point (see the top

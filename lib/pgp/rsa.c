@@ -125,6 +125,13 @@ static int setup_openssl(struct pd_key *k)
 	if (r == PD_EUNSUPPORTED)
 		r = 0;
 out:
+	/* The key checked out with libgcrypt (pd_rsa_setup): what fails here
+	 * is most often the secure heap (EVP_PKEY_fromdata copies d, p, q,
+	 * the CRT values into it), to be reported as such. */
+	if (r == PD_EINTERNAL)
+		r = pd_ossl_error(r);
+	else
+		ERR_clear_error();
 	EVP_PKEY_CTX_free(pctx);
 	OSSL_PARAM_free(params); /* also clear-frees the secure block it owns */
 	OSSL_PARAM_BLD_free(bld);
@@ -165,7 +172,7 @@ static int decrypt_openssl(const struct pd_key *k, unsigned worker, const uint8_
 			return -ENOMEM;
 		if (EVP_PKEY_decrypt_init(ctx) <= 0 || EVP_PKEY_CTX_set_rsa_padding(ctx, RSA_NO_PADDING) <= 0) {
 			EVP_PKEY_CTX_free(ctx);
-			return PD_EINTERNAL;
+			return pd_ossl_error(PD_EINTERNAL);
 		}
 		/* Only worker `worker` ever touches this slot (pgp/key.h), so the
 		 * lazy fill needs no lock; out-of-range callers get a one-off. */
@@ -177,9 +184,9 @@ static int decrypt_openssl(const struct pd_key *k, unsigned worker, const uint8_
 	size_t outlen = klen;
 	int ok = EVP_PKEY_decrypt(ctx, out, &outlen, c, klen);
 	EVP_PKEY_CTX_free(tmp);
-	if (ok <= 0 || outlen != klen)
-		return PD_EINTERNAL;
-	return 0;
+	if (ok <= 0)
+		return pd_ossl_error(PD_EINTERNAL);
+	return outlen == klen ? 0 : PD_EINTERNAL;
 }
 
 /* ---- split CRT (see the top of this file) ---- */
