@@ -27,11 +27,14 @@ struct pd_pool {
 	pthread_cond_t cond;
 	struct fifo queue;      /* waiting jobs (lock) */
 	struct fifo done;       /* finished jobs (lock) */
+	unsigned n_held;        /* of them, finished since the loop was last told (lock) */
+	struct timespec held_since; /* when the first of those finished (lock) */
 	unsigned n_queued;      /* (lock) */
 	struct pd_task *help;   /* helper tasks waiting, served before jobs (lock) */
 	unsigned n_help;        /* (lock) */
 	unsigned n_idle;        /* workers waiting for work (lock) */
 	atomic_ullong n_helped; /* helper tasks run by another worker */
+	unsigned long long n_wakes; /* times the loop was woken for completions (loop thread) */
 	pthread_cond_t help_done; /* a helper task finished (lock) */
 	struct pd_helper helper; /* lent to every worker */
 	atomic_uint n_running;
@@ -65,6 +68,51 @@ static void wake_loop(struct pd_pool *p)
 	while (write(p->efd, &one, sizeof(one)) < 0 && errno == EINTR)
 		;
 	/* EAGAIN would need 2^64 - 1 unread writes; wake is set until read. */
+}
+
+/* While the queue holds at least HOLD_QUEUED jobs per worker, a worker
+ * need not wake the loop for each job it finishes: the workers stay busy
+ * until the loop hands out the results and reads the next requests.  On a
+ * machine where every core is busy each wake-up of the loop preempts a
+ * worker, and on a virtual machine a context switch costs tens of
+ * microseconds, as much as the rest of a small message's work.  So the
+ * loop is told once HOLD_SHARE of the queue has finished meanwhile (which
+ * leaves the workers the rest to run while the clients send more), at
+ * HOLD_MAX finished jobs, or at the first completion HOLD_NS after the
+ * first one held.  Holding is decided at a completion, when the worker
+ * goes on to a queued job: some job is always running while completions
+ * are held, so the next completion decides again and none is held for
+ * longer than HOLD_NS and one job.  A job that took HOLD_NS or more is
+ * not held at all (nor are those held before it): with jobs that long the
+ * wake-ups cost little, and the next completion may be as far off. */
+#define HOLD_QUEUED 2u
+#define HOLD_SHARE 2u       /* held >= queued / HOLD_SHARE: tell the loop */
+#define HOLD_MAX 32u
+#define HOLD_NS 1000000L
+
+static long ns_since(const struct timespec *t0)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (now.tv_sec - t0->tv_sec) * 1000000000L + (now.tv_nsec - t0->tv_nsec);
+}
+
+/* A job that started at `started` was just pushed to done and the loop is
+ * not woken (lock held): true when the loop need not be told yet. */
+static bool hold_completion(struct pd_pool *p, const struct timespec *started)
+{
+	if (p->n_queued < HOLD_QUEUED * p->n_threads || ns_since(started) >= HOLD_NS)
+		return false;
+	if (p->n_held == 0) {
+		clock_gettime(CLOCK_MONOTONIC, &p->held_since);
+		p->n_held = 1;
+		return true;
+	}
+	if ((p->n_held + 1) * HOLD_SHARE >= p->n_queued || p->n_held + 1 >= HOLD_MAX ||
+	    ns_since(&p->held_since) >= HOLD_NS)
+		return false;
+	p->n_held++;
+	return true;
 }
 
 struct thread_arg {
@@ -129,6 +177,8 @@ static void *worker_main(void *arg)
 		atomic_fetch_add(&p->n_running, 1);
 		pthread_mutex_unlock(&p->lock);
 
+		struct timespec started;
+		clock_gettime(CLOCK_MONOTONIC, &started);
 		j->work(j, w);
 
 		pthread_mutex_lock(&p->lock);
@@ -140,8 +190,9 @@ static void *worker_main(void *arg)
 		 * same hold of the lock.  The write is outside the lock, so that
 		 * the loop never waits on it for a system call (pd_pool_stop joins
 		 * every worker before it closes efd). */
-		if (!p->wake) {
+		if (!p->wake && !hold_completion(p, &started)) {
 			p->wake = true;
+			p->n_held = 0;
 			pthread_mutex_unlock(&p->lock);
 			wake_loop(p);
 			pthread_mutex_lock(&p->lock);
@@ -230,6 +281,7 @@ static void drain(struct pd_pool *p)
 		pthread_mutex_lock(&p->lock);
 		struct fifo batch = p->done;
 		p->done.head = p->done.tail = NULL;
+		p->n_held = 0;
 		if (!batch.head)
 			p->wake = false;
 		pthread_mutex_unlock(&p->lock);
@@ -247,6 +299,7 @@ static void on_poll(uv_poll_t *h, int status, int events)
 	uint64_t n;
 	(void)status;
 	(void)events;
+	p->n_wakes++;
 	/* Read before draining: a write after this read wakes us again. */
 	while (read(p->efd, &n, sizeof(n)) < 0 && errno == EINTR)
 		;
@@ -396,6 +449,7 @@ unsigned pd_pool_queued(const struct pd_pool *p)
 unsigned pd_pool_running(const struct pd_pool *p) { return atomic_load(&((struct pd_pool *)p)->n_running); }
 unsigned pd_pool_threads(const struct pd_pool *p) { return p->n_threads; }
 unsigned long long pd_pool_helped(const struct pd_pool *p) { return atomic_load(&((struct pd_pool *)p)->n_helped); }
+unsigned long long pd_pool_wakeups(const struct pd_pool *p) { return p->n_wakes; }
 
 static void on_close(uv_handle_t *h) { free_pool(h->data); }
 

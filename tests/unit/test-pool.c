@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon/pool.c on a real libuv loop with real worker threads: every job's
+ * done runs once, on the loop thread; one job at a time wakes the loop for
+ * each completion; a deep queue wakes it for batches (hold_completion);
+ * and no completion is held back for long when jobs are long.  Jobs sleep
+ * instead of computing, so that the timings hold on a loaded machine.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include "pool.h"
+
+struct tjob {
+	struct pd_job job;
+	long sleep_ns;
+	uint64_t finished_ns; /* set by work */
+	unsigned runs, dones;
+};
+
+static struct {
+	uv_loop_t loop;
+	struct pd_pool *pool;
+	pthread_t loop_thread;
+	struct tjob *jobs;
+	unsigned n, n_done, next; /* next: the job a chained done submits */
+	bool chain;
+	uint64_t max_delay_ns;    /* from work's end to done */
+} T;
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static void work(struct pd_job *j, struct pd_worker *w)
+{
+	(void)w;
+	struct tjob *t = (struct tjob *)j;
+	struct timespec ts = { 0, t->sleep_ns };
+	nanosleep(&ts, NULL);
+	t->runs++;
+	__atomic_store_n(&t->finished_ns, now_ns(), __ATOMIC_RELEASE);
+}
+
+static void done(struct pd_job *j)
+{
+	struct tjob *t = (struct tjob *)j;
+	assert_true(pthread_equal(pthread_self(), T.loop_thread));
+	assert_false(j->cancelled);
+	assert_int_equal(t->runs, 1);
+	uint64_t d = now_ns() - __atomic_load_n(&t->finished_ns, __ATOMIC_ACQUIRE);
+	if (d > T.max_delay_ns)
+		T.max_delay_ns = d;
+	t->dones++;
+	T.n_done++;
+	if (T.chain && T.next < T.n)
+		assert_int_equal(pd_pool_submit(T.pool, &T.jobs[T.next++].job), 0);
+	if (T.n_done == T.n)
+		uv_stop(&T.loop);
+}
+
+/* n jobs of sleep_ns each; chain: one at a time (each done submits the
+ * next), else all at once.  Returns the loop's wake-ups for them. */
+static unsigned long long run(unsigned n, long sleep_ns, bool chain)
+{
+	memset(&T, 0, sizeof(T));
+	T.loop_thread = pthread_self();
+	assert_int_equal(uv_loop_init(&T.loop), 0);
+	assert_int_equal(pd_pool_new(&T.pool, &T.loop, 2, n + 1), 0);
+	T.jobs = calloc(n, sizeof(*T.jobs));
+	assert_non_null(T.jobs);
+	T.n = n;
+	T.chain = chain;
+	for (unsigned i = 0; i < n; i++)
+		T.jobs[i] = (struct tjob){ .job = { .work = work, .done = done }, .sleep_ns = sleep_ns };
+	T.next = chain ? 1 : n;
+	for (unsigned i = 0; i < T.next; i++)
+		assert_int_equal(pd_pool_submit(T.pool, &T.jobs[i].job), 0);
+	uv_run(&T.loop, UV_RUN_DEFAULT);
+	unsigned long long wakes = pd_pool_wakeups(T.pool);
+	assert_int_equal(T.n_done, n);
+	for (unsigned i = 0; i < n; i++)
+		assert_int_equal(T.jobs[i].dones, 1);
+	pd_pool_stop(T.pool);
+	uv_run(&T.loop, UV_RUN_DEFAULT); /* the close callback frees the pool */
+	assert_int_equal(uv_loop_close(&T.loop), 0);
+	free(T.jobs);
+	return wakes;
+}
+
+/* Low load: a lone job's result is never held. */
+static void test_one_at_a_time_each_wakes(void **state)
+{
+	(void)state;
+	unsigned long long wakes = run(200, 20000, true);
+	print_message("200 jobs one at a time: %llu wake-ups\n", wakes);
+	assert_int_equal(wakes, 200);
+}
+
+/* A deep queue of short jobs: the loop is woken for batches.  Before
+ * hold_completion each completion woke it (about 400 wake-ups here). */
+static void test_deep_queue_batches(void **state)
+{
+	(void)state;
+	unsigned long long wakes = run(400, 50000, false);
+	print_message("400 jobs queued at once: %llu wake-ups, longest wait for done %.2f ms\n", wakes,
+	              T.max_delay_ns / 1e6);
+	assert_true(wakes >= 1);
+	assert_true(wakes <= 400 / 8);
+}
+
+/* Long jobs (10 ms, longer than the hold's 1 ms) are not held: held, a
+ * completion would wait for the next one, here a whole job (two workers
+ * in step), 10.2 ms. */
+static void test_long_jobs_not_held(void **state)
+{
+	(void)state;
+	unsigned long long wakes = run(16, 10000000, false);
+	print_message("16 jobs of 10 ms queued at once: %llu wake-ups, longest wait for done %.2f ms\n", wakes,
+	              T.max_delay_ns / 1e6);
+	assert_true(T.max_delay_ns < 5000000u);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_one_at_a_time_each_wakes),
+		cmocka_unit_test(test_deep_queue_batches),
+		cmocka_unit_test(test_long_jobs_not_held),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
