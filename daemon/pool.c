@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +23,9 @@ struct pd_pool {
 	uv_loop_t *loop;
 	uv_poll_t poll;         /* on efd: completions are waiting */
 	int efd;                /* written by a worker only when wake is false */
+	uv_poll_t tpoll;        /* on tfd: completions have been held HOLD_NS */
+	int tfd;                /* timerfd, armed by the worker that holds the first completion */
+	unsigned n_open;        /* of poll and tpoll, not yet closed (loop thread) */
 	bool wake;              /* efd written, the loop has not yet found done empty (lock) */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -35,6 +39,7 @@ struct pd_pool {
 	unsigned n_idle;        /* workers waiting for work (lock) */
 	atomic_ullong n_helped; /* helper tasks run by another worker */
 	unsigned long long n_wakes; /* times the loop was woken for completions (loop thread) */
+	unsigned long long n_timer_wakes; /* of them, by the timer of held completions */
 	pthread_cond_t help_done; /* a helper task finished (lock) */
 	struct pd_helper helper; /* lent to every worker */
 	atomic_uint n_running;
@@ -79,12 +84,13 @@ static void wake_loop(struct pd_pool *p)
  * loop is told once HOLD_SHARE of the queue has finished meanwhile (which
  * leaves the workers the rest to run while the clients send more), at
  * HOLD_MAX finished jobs, or at the first completion HOLD_NS after the
- * first one held.  Holding is decided at a completion, when the worker
- * goes on to a queued job: some job is always running while completions
- * are held, so the next completion decides again and none is held for
- * longer than HOLD_NS and one job.  A job that took HOLD_NS or more is
- * not held at all (nor are those held before it): with jobs that long the
- * wake-ups cost little, and the next completion may be as far off. */
+ * first one held.  The worker that holds the first one arms a timerfd the
+ * loop polls, so that the results are handed out HOLD_NS later even when
+ * every worker has gone on to a long job (an Argon2 derivation, a large
+ * message's step) and no completion comes to decide again; the worker
+ * that wakes the loop disarms it.  A job that took HOLD_NS or more is not
+ * held at all (nor are those held before it): with jobs that long the
+ * wake-ups cost little. */
 #define HOLD_QUEUED 2u
 #define HOLD_SHARE 2u       /* held >= queued / HOLD_SHARE: tell the loop */
 #define HOLD_MAX 32u
@@ -97,22 +103,34 @@ static long ns_since(const struct timespec *t0)
 	return (now.tv_sec - t0->tv_sec) * 1000000000L + (now.tv_nsec - t0->tv_nsec);
 }
 
+enum hold { TELL, HOLD, HOLD_FIRST };
+
 /* A job that started at `started` was just pushed to done and the loop is
- * not woken (lock held): true when the loop need not be told yet. */
-static bool hold_completion(struct pd_pool *p, const struct timespec *started)
+ * not woken (lock held): TELL the loop now, or HOLD it back (HOLD_FIRST:
+ * the first one held, arm the timer). */
+static enum hold hold_completion(struct pd_pool *p, const struct timespec *started)
 {
 	if (p->n_queued < HOLD_QUEUED * p->n_threads || ns_since(started) >= HOLD_NS)
-		return false;
+		return TELL;
 	if (p->n_held == 0) {
 		clock_gettime(CLOCK_MONOTONIC, &p->held_since);
 		p->n_held = 1;
-		return true;
+		return HOLD_FIRST;
 	}
 	if ((p->n_held + 1) * HOLD_SHARE >= p->n_queued || p->n_held + 1 >= HOLD_MAX ||
 	    ns_since(&p->held_since) >= HOLD_NS)
-		return false;
+		return TELL;
 	p->n_held++;
-	return true;
+	return HOLD;
+}
+
+/* Worker thread, outside the lock: arm (HOLD_NS) or disarm (0) the timer.
+ * A timer that fires after the loop was told anyway only makes it find
+ * done empty. */
+static void set_timer(struct pd_pool *p, long ns)
+{
+	struct itimerspec it = { .it_value = { .tv_sec = ns / 1000000000L, .tv_nsec = ns % 1000000000L } };
+	(void)timerfd_settime(p->tfd, 0, &it, NULL);
 }
 
 struct thread_arg {
@@ -190,13 +208,25 @@ static void *worker_main(void *arg)
 		 * same hold of the lock.  The write is outside the lock, so that
 		 * the loop never waits on it for a system call (pd_pool_stop joins
 		 * every worker before it closes efd). */
-		if (!p->wake && !hold_completion(p, &started)) {
+		if (p->wake)
+			continue;
+		enum hold h = hold_completion(p, &started);
+		if (h == HOLD)
+			continue;
+		bool held = p->n_held > 0;
+		if (h == TELL) {
 			p->wake = true;
 			p->n_held = 0;
-			pthread_mutex_unlock(&p->lock);
-			wake_loop(p);
-			pthread_mutex_lock(&p->lock);
 		}
+		pthread_mutex_unlock(&p->lock);
+		if (h == HOLD_FIRST) {
+			set_timer(p, HOLD_NS);
+		} else {
+			wake_loop(p);
+			if (held)
+				set_timer(p, 0);
+		}
+		pthread_mutex_lock(&p->lock);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return NULL;
@@ -306,6 +336,19 @@ static void on_poll(uv_poll_t *h, int status, int events)
 	drain(p);
 }
 
+/* The timer of held completions fired: hand them out. */
+static void on_timer(uv_poll_t *h, int status, int events)
+{
+	struct pd_pool *p = h->data;
+	uint64_t n;
+	(void)status;
+	(void)events;
+	p->n_timer_wakes++;
+	while (read(p->tfd, &n, sizeof(n)) < 0 && errno == EINTR)
+		;
+	drain(p);
+}
+
 static unsigned ncpus(void)
 {
 	cpu_set_t set;
@@ -332,7 +375,24 @@ static void free_pool(struct pd_pool *p)
 	pthread_cond_destroy(&p->help_done);
 	if (p->efd >= 0)
 		close(p->efd);
+	if (p->tfd >= 0)
+		close(p->tfd);
 	free(p);
+}
+
+/* The pool is freed when the last of its poll handles has closed. */
+static void on_close(uv_handle_t *h)
+{
+	struct pd_pool *p = h->data;
+	if (--p->n_open == 0)
+		free_pool(p);
+}
+
+static void close_polls(struct pd_pool *p, uv_close_cb cb)
+{
+	uv_close((uv_handle_t *)&p->poll, cb);
+	if (p->n_open == 2)
+		uv_close((uv_handle_t *)&p->tpoll, cb);
 }
 
 int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsigned queue_max)
@@ -346,6 +406,7 @@ int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsign
 	nthreads = pd_pool_resolve_threads(nthreads);
 	p->loop = loop;
 	p->efd = -1;
+	p->tfd = -1;
 	p->queue_max = queue_max;
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cond, NULL);
@@ -373,15 +434,29 @@ int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsign
 		free_pool(p);
 		return r;
 	}
+	p->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (p->tfd < 0) {
+		r = -errno;
+		free_pool(p);
+		return r;
+	}
 	r = uv_poll_init(loop, &p->poll, p->efd);
 	if (r < 0) {
 		free_pool(p);
 		return r;
 	}
 	p->poll.data = p;
-	r = uv_poll_start(&p->poll, UV_READABLE, on_poll);
+	p->n_open = 1;
+	r = uv_poll_init(loop, &p->tpoll, p->tfd);
+	if (r == 0) {
+		p->tpoll.data = p;
+		p->n_open = 2;
+		r = uv_poll_start(&p->poll, UV_READABLE, on_poll);
+	}
+	if (r == 0)
+		r = uv_poll_start(&p->tpoll, UV_READABLE, on_timer);
 	if (r < 0) {
-		uv_close((uv_handle_t *)&p->poll, NULL); /* as below: the process exits */
+		close_polls(p, NULL); /* as below: the process exits */
 		return r;
 	}
 	/* Workers never take signals: they belong to the loop's uv_signal. */
@@ -405,7 +480,7 @@ int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsign
 			for (unsigned k = 0; k < i; k++)
 				pthread_join(p->threads[k], NULL);
 			p->n_threads = nthreads; /* free every pd_worker */
-			uv_close((uv_handle_t *)&p->poll, NULL);
+			close_polls(p, NULL);
 			/* The handle memory must outlive the close callback: leak-free
 			 * only if the loop runs; at start-up failure the process exits. */
 			return -r;
@@ -449,9 +524,9 @@ unsigned pd_pool_queued(const struct pd_pool *p)
 unsigned pd_pool_running(const struct pd_pool *p) { return atomic_load(&((struct pd_pool *)p)->n_running); }
 unsigned pd_pool_threads(const struct pd_pool *p) { return p->n_threads; }
 unsigned long long pd_pool_helped(const struct pd_pool *p) { return atomic_load(&((struct pd_pool *)p)->n_helped); }
-unsigned long long pd_pool_wakeups(const struct pd_pool *p) { return p->n_wakes; }
+unsigned long long pd_pool_wakeups(const struct pd_pool *p) { return p->n_wakes + p->n_timer_wakes; }
+unsigned long long pd_pool_timer_wakeups(const struct pd_pool *p) { return p->n_timer_wakes; }
 
-static void on_close(uv_handle_t *h) { free_pool(h->data); }
 
 void pd_pool_stop(struct pd_pool *p)
 {
@@ -471,5 +546,5 @@ void pd_pool_stop(struct pd_pool *p)
 	}
 	p->n_queued = 0;
 	drain(p);
-	uv_close((uv_handle_t *)&p->poll, on_close);
+	close_polls(p, on_close);
 }

@@ -9,8 +9,9 @@
  * thread through an eventfd (a uv_poll), written only when the loop is not
  * already woken, and are drained in a loop until none is left.  While many
  * jobs are queued, a worker holds its completions back for a while instead
- * of waking the loop for each (hold_completion in pool.c: at most 1 ms and
- * one job, and never when the queue is short).  (Not
+ * of waking the loop for each (hold_completion in pool.c: at most 1 ms, a
+ * timerfd the loop polls hands them out then; never when the queue is
+ * short).  (Not
  * uv_async: its loop side spins while the sender is inside its write, which
  * on a virtual machine cost a sched_yield per 128 KiB of a large message.)
  *
@@ -50,6 +51,8 @@ unsigned pd_pool_running(const struct pd_pool *p);
 unsigned long long pd_pool_helped(const struct pd_pool *p);
 /** Times the loop was woken for completions since the start (loop thread). */
 unsigned long long pd_pool_wakeups(const struct pd_pool *p);
+/** Of them, by the timer of held completions (loop thread). */
+unsigned long long pd_pool_timer_wakeups(const struct pd_pool *p);
 /** Number of worker threads. */
 unsigned pd_pool_threads(const struct pd_pool *p);
 /** The number of worker threads pd_pool_new() makes for `configured` (the

@@ -3,7 +3,8 @@
  * daemon/pool.c on a real libuv loop with real worker threads: every job's
  * done runs once, on the loop thread; one job at a time wakes the loop for
  * each completion; a deep queue wakes it for batches (hold_completion);
- * and no completion is held back for long when jobs are long.  Jobs sleep
+ * long jobs are not held, and completions held when the workers go on to
+ * long jobs come out on the timer.  Jobs sleep
  * instead of computing, so that the timings hold on a loaded machine.
  */
 #include <pthread.h>
@@ -33,6 +34,7 @@ static struct {
 	unsigned n, n_done, next; /* next: the job a chained done submits */
 	bool chain;
 	uint64_t max_delay_ns;    /* from work's end to done */
+	unsigned long long timer_wakes;
 } T;
 
 static uint64_t now_ns(void)
@@ -69,9 +71,11 @@ static void done(struct pd_job *j)
 		uv_stop(&T.loop);
 }
 
-/* n jobs of sleep_ns each; chain: one at a time (each done submits the
- * next), else all at once.  Returns the loop's wake-ups for them. */
-static unsigned long long run(unsigned n, long sleep_ns, bool chain)
+/* n jobs of sleep_ns each (or long_ns for those from long_from to
+ * long_to - 1); chain: one at a time (each done submits the next), else
+ * all at once.  Returns the loop's wake-ups for them. */
+static unsigned long long run_mixed(unsigned n, long sleep_ns, bool chain, unsigned long_from, unsigned long_to,
+                                    long long_ns)
 {
 	memset(&T, 0, sizeof(T));
 	T.loop_thread = pthread_self();
@@ -82,12 +86,14 @@ static unsigned long long run(unsigned n, long sleep_ns, bool chain)
 	T.n = n;
 	T.chain = chain;
 	for (unsigned i = 0; i < n; i++)
-		T.jobs[i] = (struct tjob){ .job = { .work = work, .done = done }, .sleep_ns = sleep_ns };
+		T.jobs[i] = (struct tjob){ .job = { .work = work, .done = done },
+		                           .sleep_ns = i >= long_from && i < long_to ? long_ns : sleep_ns };
 	T.next = chain ? 1 : n;
 	for (unsigned i = 0; i < T.next; i++)
 		assert_int_equal(pd_pool_submit(T.pool, &T.jobs[i].job), 0);
 	uv_run(&T.loop, UV_RUN_DEFAULT);
 	unsigned long long wakes = pd_pool_wakeups(T.pool);
+	T.timer_wakes = pd_pool_timer_wakeups(T.pool);
 	assert_int_equal(T.n_done, n);
 	for (unsigned i = 0; i < n; i++)
 		assert_int_equal(T.jobs[i].dones, 1);
@@ -96,6 +102,11 @@ static unsigned long long run(unsigned n, long sleep_ns, bool chain)
 	assert_int_equal(uv_loop_close(&T.loop), 0);
 	free(T.jobs);
 	return wakes;
+}
+
+static unsigned long long run(unsigned n, long sleep_ns, bool chain)
+{
+	return run_mixed(n, sleep_ns, chain, 0, 0, 0);
 }
 
 /* Low load: a lone job's result is never held. */
@@ -131,12 +142,27 @@ static void test_long_jobs_not_held(void **state)
 	assert_true(T.max_delay_ns < 5000000u);
 }
 
+/* Held completions while both workers go on to long jobs (jobs 10 and 11
+ * of 80 take 300 ms; those before them are held, the queue being deep):
+ * the timer hands them out after 1 ms.  Without it they waited for the
+ * next completion, the end of a long job, ~300 ms. */
+static void test_held_while_workers_busy(void **state)
+{
+	(void)state;
+	unsigned long long wakes = run_mixed(80, 100000, false, 10, 12, 300000000);
+	print_message("80 jobs, 2 of 300 ms: %llu wake-ups (%llu by the timer), longest wait for done %.2f ms\n",
+	              wakes, T.timer_wakes, T.max_delay_ns / 1e6);
+	assert_true(T.timer_wakes >= 1);
+	assert_true(T.max_delay_ns < 100000000u);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_one_at_a_time_each_wakes),
 		cmocka_unit_test(test_deep_queue_batches),
 		cmocka_unit_test(test_long_jobs_not_held),
+		cmocka_unit_test(test_held_while_workers_busy),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
