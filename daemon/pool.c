@@ -124,7 +124,7 @@ static enum hold hold_completion(struct pd_pool *p, const struct timespec *start
 	return HOLD;
 }
 
-/* Worker thread, outside the lock: arm (HOLD_NS) or disarm (0) the timer.
+/* Worker thread, under the lock: arm (HOLD_NS) or disarm (0) the timer.
  * A timer that fires after the loop was told anyway only makes it find
  * done empty. */
 static void set_timer(struct pd_pool *p, long ns)
@@ -213,19 +213,21 @@ static void *worker_main(void *arg)
 		enum hold h = hold_completion(p, &started);
 		if (h == HOLD)
 			continue;
-		bool held = p->n_held > 0;
-		if (h == TELL) {
-			p->wake = true;
-			p->n_held = 0;
-		}
-		pthread_mutex_unlock(&p->lock);
+		/* The timer is set under the lock, in the order of the decisions
+		 * (timerfd_settime does not block): set outside it, the disarm
+		 * for a batch the loop has already taken could come after the
+		 * arm for the next batch, which would then wait for a completion
+		 * however long the running jobs take. */
 		if (h == HOLD_FIRST) {
 			set_timer(p, HOLD_NS);
-		} else {
-			wake_loop(p);
-			if (held)
-				set_timer(p, 0);
+			continue;
 		}
+		if (p->n_held > 0)
+			set_timer(p, 0);
+		p->wake = true;
+		p->n_held = 0;
+		pthread_mutex_unlock(&p->lock);
+		wake_loop(p);
 		pthread_mutex_lock(&p->lock);
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -456,7 +458,7 @@ int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsign
 	if (r == 0)
 		r = uv_poll_start(&p->tpoll, UV_READABLE, on_timer);
 	if (r < 0) {
-		close_polls(p, NULL); /* as below: the process exits */
+		close_polls(p, on_close); /* frees the pool if the loop runs again */
 		return r;
 	}
 	/* Workers never take signals: they belong to the loop's uv_signal. */
@@ -480,9 +482,7 @@ int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsign
 			for (unsigned k = 0; k < i; k++)
 				pthread_join(p->threads[k], NULL);
 			p->n_threads = nthreads; /* free every pd_worker */
-			close_polls(p, NULL);
-			/* The handle memory must outlive the close callback: leak-free
-			 * only if the loop runs; at start-up failure the process exits. */
+			close_polls(p, on_close); /* as above */
 			return -r;
 		}
 	}

@@ -350,6 +350,7 @@ static int derive_openssl(const struct pd_key *k, unsigned worker, const uint8_t
 
 	if (!k->ecdh_pkey || !k->ecdh_ctx)
 		return PD_EINTERNAL;
+	ERR_clear_error(); /* only this derive's errors count (pd_ossl_error) */
 	if (worker < k->slots)
 		ew = k->ecdh_ctx[worker];
 	if (!ew) {

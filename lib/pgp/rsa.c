@@ -80,6 +80,7 @@ static int setup_openssl(struct pd_key *k)
 	EVP_PKEY *pkey = NULL;
 	int r = -ENOMEM;
 
+	ERR_clear_error(); /* only this setup's errors count (pd_ossl_error) */
 	n = mpi_to_bn(k->n); e = mpi_to_bn(k->e); d = mpi_to_bn(k->d);
 	p = mpi_to_bn(k->sp); q = mpi_to_bn(k->sq);
 	dp = BN_secure_new(); dq = BN_secure_new(); qinv = BN_secure_new(); t = BN_secure_new();
@@ -657,6 +658,9 @@ static int decrypt_raw(const struct pd_key *k, unsigned worker, const struct pd_
 
 	if (!k->rsa_pkey || klen != nlen || nlen == 0)
 		return PD_EINTERNAL;
+	/* pd_ossl_error reads the thread's whole queue: what a split half or
+	 * an earlier operation left there must not be taken for this one's. */
+	ERR_clear_error();
 	/* Strip leading zeros of the (public) ciphertext, then left-pad to k. */
 	while (clen > 0 && c[0] == 0) {
 		c++;

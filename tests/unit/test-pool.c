@@ -22,6 +22,7 @@
 struct tjob {
 	struct pd_job job;
 	long sleep_ns;
+	uint64_t took_ns;     /* set by work: how long it slept (a loaded machine stretches it) */
 	uint64_t finished_ns; /* set by work */
 	unsigned runs, dones;
 };
@@ -35,6 +36,8 @@ static struct {
 	bool chain;
 	uint64_t max_delay_ns;    /* from work's end to done */
 	unsigned long long timer_wakes;
+	unsigned n_long;          /* jobs that took 0.5 ms or more */
+	uint64_t elapsed_ns;      /* of the whole run */
 } T;
 
 static uint64_t now_ns(void)
@@ -48,8 +51,10 @@ static void work(struct pd_job *j, struct pd_worker *w)
 {
 	(void)w;
 	struct tjob *t = (struct tjob *)j;
-	struct timespec ts = { 0, t->sleep_ns };
+	struct timespec ts = { t->sleep_ns / 1000000000L, t->sleep_ns % 1000000000L };
+	uint64_t t0 = now_ns();
 	nanosleep(&ts, NULL);
+	t->took_ns = now_ns() - t0;
 	t->runs++;
 	__atomic_store_n(&t->finished_ns, now_ns(), __ATOMIC_RELEASE);
 }
@@ -89,9 +94,13 @@ static unsigned long long run_mixed(unsigned n, long sleep_ns, bool chain, unsig
 		T.jobs[i] = (struct tjob){ .job = { .work = work, .done = done },
 		                           .sleep_ns = i >= long_from && i < long_to ? long_ns : sleep_ns };
 	T.next = chain ? 1 : n;
+	uint64_t t0 = now_ns();
 	for (unsigned i = 0; i < T.next; i++)
 		assert_int_equal(pd_pool_submit(T.pool, &T.jobs[i].job), 0);
 	uv_run(&T.loop, UV_RUN_DEFAULT);
+	T.elapsed_ns = now_ns() - t0;
+	for (unsigned i = 0; i < n; i++)
+		T.n_long += T.jobs[i].took_ns >= 500000u;
 	unsigned long long wakes = pd_pool_wakeups(T.pool);
 	T.timer_wakes = pd_pool_timer_wakeups(T.pool);
 	assert_int_equal(T.n_done, n);
@@ -115,31 +124,38 @@ static void test_one_at_a_time_each_wakes(void **state)
 	(void)state;
 	unsigned long long wakes = run(200, 20000, true);
 	print_message("200 jobs one at a time: %llu wake-ups\n", wakes);
-	assert_int_equal(wakes, 200);
+	/* (a drain may find the next completion already there: <= 200) */
+	assert_true(wakes >= 1 && wakes <= 200);
+	assert_int_equal(T.timer_wakes, 0);
 }
 
 /* A deep queue of short jobs: the loop is woken for batches.  Before
- * hold_completion each completion woke it (about 400 wake-ups here). */
+ * hold_completion each completion woke it (385 of 400 here).  A loaded
+ * machine stretches the jobs and the batches' time, and the hold gives way
+ * to time (a job of 1 ms is not held, nor anything for more than 1 ms):
+ * so the bound is 50 and one per job that took 0.5 ms or more and per
+ * millisecond of the run (25 ms on a quiet machine). */
 static void test_deep_queue_batches(void **state)
 {
 	(void)state;
 	unsigned long long wakes = run(400, 50000, false);
-	print_message("400 jobs queued at once: %llu wake-ups, longest wait for done %.2f ms\n", wakes,
+	uint64_t ms = T.elapsed_ns / 1000000u;
+	print_message("400 jobs queued at once: %llu wake-ups (%llu by the timer) in %llu ms, %u jobs of 0.5 ms or "
+	              "more, longest wait for done %.2f ms\n", wakes, T.timer_wakes, (unsigned long long)ms, T.n_long,
 	              T.max_delay_ns / 1e6);
 	assert_true(wakes >= 1);
-	assert_true(wakes <= 400 / 8);
+	assert_true(wakes <= 400 / 8 + T.n_long + ms);
 }
 
-/* Long jobs (10 ms, longer than the hold's 1 ms) are not held: held, a
- * completion would wait for the next one, here a whole job (two workers
- * in step), 10.2 ms. */
+/* Long jobs (10 ms, longer than the hold's 1 ms) are not held, so the
+ * timer is never armed: held, each first one would come out on it. */
 static void test_long_jobs_not_held(void **state)
 {
 	(void)state;
 	unsigned long long wakes = run(16, 10000000, false);
-	print_message("16 jobs of 10 ms queued at once: %llu wake-ups, longest wait for done %.2f ms\n", wakes,
-	              T.max_delay_ns / 1e6);
-	assert_true(T.max_delay_ns < 5000000u);
+	print_message("16 jobs of 10 ms queued at once: %llu wake-ups (%llu by the timer), longest wait for done "
+	              "%.2f ms\n", wakes, T.timer_wakes, T.max_delay_ns / 1e6);
+	assert_int_equal(T.timer_wakes, 0);
 }
 
 /* Held completions while both workers go on to long jobs (jobs 10 and 11
