@@ -325,30 +325,32 @@ static void drain(struct pd_pool *p)
 	}
 }
 
+/* Read fd's counter, then drain: a write after this read wakes us again. */
+static void read_and_drain(struct pd_pool *p, int fd)
+{
+	uint64_t n;
+	while (read(fd, &n, sizeof(n)) < 0 && errno == EINTR)
+		;
+	drain(p);
+}
+
 static void on_poll(uv_poll_t *h, int status, int events)
 {
 	struct pd_pool *p = h->data;
-	uint64_t n;
 	(void)status;
 	(void)events;
 	p->n_wakes++;
-	/* Read before draining: a write after this read wakes us again. */
-	while (read(p->efd, &n, sizeof(n)) < 0 && errno == EINTR)
-		;
-	drain(p);
+	read_and_drain(p, p->efd);
 }
 
 /* The timer of held completions fired: hand them out. */
 static void on_timer(uv_poll_t *h, int status, int events)
 {
 	struct pd_pool *p = h->data;
-	uint64_t n;
 	(void)status;
 	(void)events;
 	p->n_timer_wakes++;
-	while (read(p->tfd, &n, sizeof(n)) < 0 && errno == EINTR)
-		;
-	drain(p);
+	read_and_drain(p, p->tfd);
 }
 
 static unsigned ncpus(void)
