@@ -40,6 +40,7 @@ struct pd_pool {
 	atomic_ullong n_helped; /* helper tasks run by another worker */
 	unsigned long long n_wakes; /* times the loop was woken for completions (loop thread) */
 	unsigned long long n_timer_wakes; /* of them, by the timer of held completions */
+	unsigned long long n_jobs;  /* jobs finished and handed back (loop thread) */
 	pthread_cond_t help_done; /* a helper task finished (lock) */
 	struct pd_helper helper; /* lent to every worker */
 	atomic_uint n_running;
@@ -320,8 +321,10 @@ static void drain(struct pd_pool *p)
 		if (!batch.head)
 			return;
 		struct pd_job *j;
-		while ((j = fifo_pop(&batch)))
+		while ((j = fifo_pop(&batch))) {
+			p->n_jobs++;
 			j->done(j);
+		}
 	}
 }
 
@@ -528,6 +531,7 @@ unsigned pd_pool_threads(const struct pd_pool *p) { return p->n_threads; }
 unsigned long long pd_pool_helped(const struct pd_pool *p) { return atomic_load(&((struct pd_pool *)p)->n_helped); }
 unsigned long long pd_pool_wakeups(const struct pd_pool *p) { return p->n_wakes + p->n_timer_wakes; }
 unsigned long long pd_pool_timer_wakeups(const struct pd_pool *p) { return p->n_timer_wakes; }
+unsigned long long pd_pool_jobs(const struct pd_pool *p) { return p->n_jobs; }
 
 
 void pd_pool_stop(struct pd_pool *p)

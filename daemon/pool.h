@@ -53,6 +53,8 @@ unsigned long long pd_pool_helped(const struct pd_pool *p);
 unsigned long long pd_pool_wakeups(const struct pd_pool *p);
 /** Of them, by the timer of held completions (loop thread). */
 unsigned long long pd_pool_timer_wakeups(const struct pd_pool *p);
+/** Jobs finished and handed back to the loop (loop thread). */
+unsigned long long pd_pool_jobs(const struct pd_pool *p);
 /** Number of worker threads. */
 unsigned pd_pool_threads(const struct pd_pool *p);
 /** The number of worker threads pd_pool_new() makes for `configured` (the

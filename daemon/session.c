@@ -620,8 +620,13 @@ static bool can_take_frame(const struct pd_session *s)
 	 * PING, STATS and KEYS. */
 	if (g.write_paused && s->wbytes && (s->rx || s->rq_n))
 		return false;
+	/* While a request receives only its DATA and END are valid, and DATA is
+	 * taken in slices of whatever room the request has (take_frames), so
+	 * any room will do; a whole max-frame-size of room made a request
+	 * whose buffer is smaller than two frames (request-buffer below
+	 * max-frame-size) wait for a job before its END. */
 	if (s->rx)
-		return pd_request_room(s->rx) >= s->max_frame;
+		return pd_request_room(s->rx) > 0;
 	if (!s->rx_discard && s->rq_n >= s->max_inflight)
 		return false;
 	return true;

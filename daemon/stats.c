@@ -125,6 +125,12 @@ char *pd_stats_render(size_t *ret_len)
 	    pd_d.pool ? pd_pool_queued(pd_d.pool) : 0);
 	put(&b, "# HELP pgpdecd_workers Worker threads.\n"
 	        "# TYPE pgpdecd_workers gauge\npgpdecd_workers %u\n", pd_d.pool ? pd_pool_threads(pd_d.pool) : 0);
+	put(&b, "# HELP pgpdecd_jobs_total Worker jobs finished: a message takes one per request buffer of its ciphertext.\n"
+	        "# TYPE pgpdecd_jobs_total counter\npgpdecd_jobs_total %llu\n",
+	    pd_d.pool ? pd_pool_jobs(pd_d.pool) : 0ULL);
+	put(&b, "# HELP pgpdecd_loop_wakeups_total Times workers woke the event loop to hand back finished jobs (under load, one per batch).\n"
+	        "# TYPE pgpdecd_loop_wakeups_total counter\npgpdecd_loop_wakeups_total %llu\n",
+	    pd_d.pool ? pd_pool_wakeups(pd_d.pool) : 0ULL);
 	put(&b, "# HELP pgpdecd_split_operations_total Private-key operations whose second CRT half ran on an idle worker.\n"
 	        "# TYPE pgpdecd_split_operations_total counter\npgpdecd_split_operations_total %llu\n",
 	    pd_d.pool ? (unsigned long long)pd_pool_helped(pd_d.pool) : 0ULL);
