@@ -3,6 +3,7 @@
 #include "worker.h"
 
 #define CACHE_MAX 16
+#define BLOCKS_MAX 4
 
 struct slot {
 	int kind; /* 0 empty, 1 cipher, 2 md */
@@ -11,10 +12,18 @@ struct slot {
 	void *h;
 };
 
+/* A secure block between messages: wiped, so all zero. */
+struct block {
+	size_t len; /* 0: empty */
+	void *p;
+};
+
 struct pd_worker {
 	unsigned index;
 	const struct pd_helper *helper;
 	struct slot slots[CACHE_MAX];
+	struct block blocks[BLOCKS_MAX];
+	unsigned evict; /* the block a full cache frees next */
 };
 
 int pd_err_from_gcry(gcry_error_t e)
@@ -73,6 +82,8 @@ struct pd_worker *pd_worker_free(struct pd_worker *w)
 		else if (w->slots[i].kind == 2)
 			gcry_md_close(w->slots[i].h);
 	}
+	for (size_t i = 0; i < BLOCKS_MAX; i++)
+		gcry_free(w->blocks[i].p); /* wiped when given back */
 	free(w);
 	return NULL;
 }
@@ -167,4 +178,36 @@ void pd_worker_give_md(struct pd_worker *w, gcry_md_hd_t h, int algo, unsigned f
 	gcry_md_reset(h);
 	if (!give(w, 2, h, algo, 0, flags))
 		gcry_md_close(h);
+}
+
+void *pd_worker_take_secure(struct pd_worker *w, size_t len)
+{
+	for (size_t i = 0; w && i < BLOCKS_MAX; i++)
+		if (w->blocks[i].len == len) {
+			void *p = w->blocks[i].p;
+			w->blocks[i] = (struct block){ 0 };
+			return p;
+		}
+	return gcry_calloc_secure(1, len);
+}
+
+void pd_worker_give_secure(struct pd_worker *w, void *p, size_t len)
+{
+	if (!p)
+		return;
+	pd_wipe(p, len);
+	if (!w) {
+		gcry_free(p);
+		return;
+	}
+	for (size_t i = 0; i < BLOCKS_MAX; i++)
+		if (!w->blocks[i].len) {
+			w->blocks[i] = (struct block){ len, p };
+			return;
+		}
+	/* Full: a length no message asks for any more (a key of another size
+	 * was used once) must not keep its place for ever. */
+	struct block *b = &w->blocks[w->evict++ % BLOCKS_MAX];
+	gcry_free(b->p);
+	*b = (struct block){ len, p };
 }

@@ -5,7 +5,10 @@
  * message pays gcry_cipher_open()/gcry_md_open().  A handle is owned by
  * exactly one holder at a time (the worker's cache or one message), so no
  * lock is needed; a message may give a handle back to another worker than
- * the one it took it from.
+ * the one it took it from.  The same for a few blocks of secure memory
+ * (a message's scratch), which libgcrypt's pool would otherwise hand out
+ * and take back under its one lock on every message; those are taken and
+ * given back within one call, on one thread.
  */
 #pragma once
 #include <gcrypt.h>
@@ -26,6 +29,13 @@ PD_HIDDEN void pd_worker_give_cipher(struct pd_worker *w, gcry_cipher_hd_t h, in
 /** Same for hash handles (flags: 0 or GCRY_MD_FLAG_HMAC, always secure). */
 PD_HIDDEN int pd_worker_take_md(struct pd_worker *w, int algo, unsigned flags, gcry_md_hd_t *ret);
 PD_HIDDEN void pd_worker_give_md(struct pd_worker *w, gcry_md_hd_t h, int algo, unsigned flags);
+/** A zeroed block of len octets of libgcrypt secure memory, from this
+ * worker's cache when one of that length was given back (so a message's
+ * scratch costs no trip through the pool's lock and block walk), else
+ * gcry_calloc_secure.  NULL when out of secure memory. */
+PD_HIDDEN void *pd_worker_take_secure(struct pd_worker *w, size_t len);
+/** Give it back: wiped, then cached (a few blocks) or freed. */
+PD_HIDDEN void pd_worker_give_secure(struct pd_worker *w, void *p, size_t len);
 /** libgcrypt error to project error (the single conversion point for lib/). */
 PD_HIDDEN int pd_err_from_gcry(gcry_error_t e);
 /** The octets X of a (value X) list as gcry_pk_decrypt returns it, read in

@@ -76,7 +76,7 @@ int pd_trials_pkesk(const struct pd_trials *t, const struct pd_keyring *kr, stru
 	size_t max_trials = t->lim->max_key_trials ? t->lim->max_key_trials : 1;
 	struct pd_pkesk *pk = calloc(t->n_esk ? t->n_esk : 1, sizeof(*pk));
 	struct trial *tr = calloc(max_trials, sizeof(*tr));
-	struct pd_sesskey *cand = gcry_malloc_secure(sizeof(*cand));
+	struct pd_sesskey *cand = pd_worker_take_secure(w, sizeof(*cand));
 	size_t npk = 0, ntr = 0, nwild = 0;
 	int r = 0, last_err = 0;
 
@@ -168,10 +168,7 @@ int pd_trials_pkesk(const struct pd_trials *t, const struct pd_keyring *kr, stru
 out:
 	free(pk);
 	free(tr);
-	if (cand) {
-		pd_wipe(cand, sizeof(*cand));
-		gcry_free(cand);
-	}
+	pd_worker_give_secure(w, cand, sizeof(*cand));
 	return r;
 }
 
@@ -193,8 +190,8 @@ int pd_trials_skesk(const struct pd_trials *t, const char *pw, size_t pwlen, str
 	/* SKESK v4 goes with SEIPD v1, v5 with the OCB packet, v6 with SEIPD v2 */
 	const uint8_t want = t->container == 20 ? 5 : t->container_version == 2 ? 6 : 4;
 	size_t *plan = calloc(t->n_esk ? t->n_esk : 1, sizeof(*plan));
-	struct pd_sesskey *cand = gcry_malloc_secure(sizeof(*cand));
-	struct pd_sesskey *fb = gcry_malloc_secure(sizeof(*fb));
+	struct pd_sesskey *cand = pd_worker_take_secure(w, sizeof(*cand));
+	struct pd_sesskey *fb = pd_worker_take_secure(w, sizeof(*fb));
 	size_t nplan = 0;
 	uint64_t work = 0;
 	uint8_t secret_cipher = 0; /* cipher of the first v4 SKESK with an ESK */
@@ -276,13 +273,7 @@ int pd_trials_skesk(const struct pd_trials *t, const char *pw, size_t pwlen, str
 	r = 0;
 out:
 	free(plan);
-	if (cand) {
-		pd_wipe(cand, sizeof(*cand));
-		gcry_free(cand);
-	}
-	if (fb) {
-		pd_wipe(fb, sizeof(*fb));
-		gcry_free(fb);
-	}
+	pd_worker_give_secure(w, cand, sizeof(*cand));
+	pd_worker_give_secure(w, fb, sizeof(*fb));
 	return r;
 }

@@ -43,6 +43,8 @@ struct scratch {
 	uint8_t shared[3 * 56];        /* X25519/X448 HKDF input eph||pub||s, or ECDH ZB */
 	uint8_t kek[64];               /* KDF output (ECDH: hash output, first keklen used) */
 	uint8_t unwrapped[MAX_WRAPPED]; /* AES key unwrap output */
+	uint8_t pad[64];               /* make_fallback: the HMAC key, padded, xor ipad then opad */
+	uint8_t inner[32];             /* make_fallback: the inner hash */
 };
 
 /* Hide a mask from the optimiser so it cannot turn selects into branches. */
@@ -53,14 +55,6 @@ static inline uint32_t ct_barrier(uint32_t x)
 }
 
 static inline uint32_t ct_sel32(uint32_t mask, uint32_t a, uint32_t b) { return (mask & a) | (~mask & b); }
-
-static void secure_free(void *p, size_t len)
-{
-	if (!p)
-		return;
-	pd_wipe(p, len);
-	gcry_free(p);
-}
 
 /* ---------------------------------------------------------------------- */
 /* PKESK header */
@@ -238,23 +232,35 @@ static int read_mpi(const uint8_t *f, size_t len, size_t *off, bool strict, cons
 }
 
 /* Implicit-rejection key: HMAC-SHA256(ir_secret, PKESK fields), truncated
- * to the key length; fb->algo/len are set by the caller. */
+ * to the key length, into s->fb (its algo/len are set by the caller).
+ *
+ * The HMAC (RFC 2104) is built here on the worker's plain SHA-256 handle.
+ * libgcrypt 1.10's own opens a handle in its secure pool and closes it
+ * again for every HMAC it finishes, each a trip through the pool's one
+ * lock and its walk over every block: on a cv25519 message that was 2 of
+ * 8 such trips, and the workers queued for the lock on every message. */
 static int make_fallback(struct pd_worker *w, const struct pd_key *k, const struct pd_pkesk *p,
-                         struct pd_sesskey *fb)
+                         struct scratch *s)
 {
 	gcry_md_hd_t h;
-	int r = pd_worker_take_md(w, GCRY_MD_SHA256, GCRY_MD_FLAG_HMAC, &h);
+	int r = pd_worker_take_md(w, GCRY_MD_SHA256, 0, &h);
 	if (r < 0)
 		return r;
-	r = pd_err_from_gcry(gcry_md_setkey(h, k->ir_secret, 32));
-	if (r == 0) {
-		gcry_md_write(h, p->fields, p->fields_len);
-		memcpy(fb->key, gcry_md_read(h, GCRY_MD_SHA256), 32);
-		for (size_t j = fb->len; j < sizeof(fb->key); j++)
-			fb->key[j] = 0;
-	}
-	pd_worker_give_md(w, h, GCRY_MD_SHA256, GCRY_MD_FLAG_HMAC);
-	return r;
+	for (size_t i = 0; i < sizeof(s->pad); i++)
+		s->pad[i] = (uint8_t)((i < 32 ? k->ir_secret[i] : 0) ^ 0x36);
+	gcry_md_write(h, s->pad, sizeof(s->pad));
+	gcry_md_write(h, p->fields, p->fields_len);
+	memcpy(s->inner, gcry_md_read(h, GCRY_MD_SHA256), sizeof(s->inner));
+	gcry_md_reset(h);
+	for (size_t i = 0; i < sizeof(s->pad); i++)
+		s->pad[i] ^= 0x36 ^ 0x5c;
+	gcry_md_write(h, s->pad, sizeof(s->pad));
+	gcry_md_write(h, s->inner, sizeof(s->inner));
+	memcpy(s->fb.key, gcry_md_read(h, GCRY_MD_SHA256), 32);
+	pd_worker_give_md(w, h, GCRY_MD_SHA256, 0);
+	for (size_t j = s->fb.len; j < sizeof(s->fb.key); j++)
+		s->fb.key[j] = 0;
+	return 0;
 }
 
 /* RFC 3394 unwrap of in (inlen octets, multiple of 8) into out (inlen-8).
@@ -318,10 +324,10 @@ static int unwrap_rsa(struct pd_worker *w, const struct pd_key *k, const struct 
 	if (too_big)
 		return PD_EMALFORMED;
 
-	r = make_fallback(w, k, p, &s->fb);
+	r = make_fallback(w, k, p, s);
 	if (r < 0)
 		return r;
-	em = gcry_malloc_secure(klen);
+	em = pd_worker_take_secure(w, klen);
 	if (!em)
 		return -ENOMEM;
 	r = pd_rsa_decrypt_raw(k, pd_worker_index(w), pd_worker_helper(w), c, clen, em, klen);
@@ -330,7 +336,7 @@ static int unwrap_rsa(struct pd_worker *w, const struct pd_key *k, const struct 
 	*ok_mask = pkcs1_decode(em, klen, p->version == 3, sym_algo, &s->fb, out);
 	r = 0;
 out:
-	secure_free(em, klen);
+	pd_worker_give_secure(w, em, klen);
 	return r;
 }
 
@@ -365,7 +371,7 @@ static int unwrap_elgamal(struct pd_worker *w, const struct pd_key *k, const str
 		goto out;
 	}
 
-	r = make_fallback(w, k, p, &s->fb);
+	r = make_fallback(w, k, p, s);
 	if (r < 0)
 		goto out;
 	/* Raw decrypt: libgcrypt blinds the exponentiation; the PKCS#1 decode
@@ -386,7 +392,7 @@ static int unwrap_elgamal(struct pd_worker *w, const struct pd_key *k, const str
 		r = PD_EINTERNAL;
 		goto out;
 	}
-	em = gcry_calloc_secure(1, klen);
+	em = pd_worker_take_secure(w, klen);
 	if (!em) {
 		r = -ENOMEM;
 		goto out;
@@ -407,7 +413,7 @@ static int unwrap_elgamal(struct pd_worker *w, const struct pd_key *k, const str
 	*ok_mask = pkcs1_decode(em, klen, p->version == 3, sym_algo, &s->fb, out);
 	r = 0;
 out:
-	secure_free(em, klen);
+	pd_worker_give_secure(w, em, klen);
 	gcry_mpi_release(mm); /* secure MPIs are wiped by libgcrypt on release */
 	gcry_mpi_release(am);
 	gcry_mpi_release(bm);
@@ -468,7 +474,7 @@ static int unwrap_ecdh(struct pd_worker *w, const struct pd_key *k, const struct
 	if (p->fields_len - off - 1 != wlen || wlen > MAX_WRAPPED || wlen % 8 || wlen < 24)
 		return PD_EMALFORMED;
 
-	r = make_fallback(w, k, p, &s->fb);
+	r = make_fallback(w, k, p, s);
 	if (r < 0)
 		return r;
 
@@ -569,7 +575,7 @@ static int unwrap_x(struct pd_worker *w, const struct pd_key *k, const struct pd
 	/* Here the algorithm is public, so the rejection key has its size. */
 	s->fb.algo = algo;
 	s->fb.len = (uint8_t)kl;
-	r = make_fallback(w, k, p, &s->fb);
+	r = make_fallback(w, k, p, s);
 	if (r < 0)
 		return r;
 
@@ -629,7 +635,7 @@ int pd_unwrap(struct pd_worker *w, const struct pd_key *k, const struct pd_pkesk
 	if ((p->version == 6 || sym_algo) && !pd_sym_keylen(sym_algo))
 		return PD_EUNSUPPORTED;
 
-	s = gcry_calloc_secure(1, sizeof(*s));
+	s = pd_worker_take_secure(w, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->fb.algo = sym_algo ? sym_algo : IR_ALGO_V3;
@@ -649,6 +655,6 @@ int pd_unwrap(struct pd_worker *w, const struct pd_key *k, const struct pd_pkesk
 		r = unwrap_x(w, k, p, sym_algo, s, out, ok_mask);
 		break;
 	}
-	secure_free(s, sizeof(*s));
+	pd_worker_give_secure(w, s, sizeof(*s));
 	return r;
 }
