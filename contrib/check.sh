@@ -7,7 +7,7 @@
 #   2. builds into build/ and runs the whole meson test suite,
 #   3. builds into build-asan/ with -Db_sanitize=address,undefined and runs
 #      the whole suite again; any sanitizer report fails the run,
-#   4. runs every libFuzzer target for 60 s (contrib/fuzz.sh 60, clang, in
+#   4. runs every libFuzzer target for 60 s, JOBS at a time (contrib/fuzz.sh 60, clang, in
 #      build-libfuzzer/); any finding fails the run,
 #   5. prints a summary.  Exit status: 0 only if everything passed.
 #

@@ -5,9 +5,10 @@
 #
 #   1. builds every target (tests/fuzz/fuzz-*.c) with clang and
 #      -fsanitize=fuzzer,address,undefined into build-libfuzzer/,
-#   2. runs each TARGET (default: all) for SECONDS (default 600), one after
-#      the other, on a copy of its corpus tests/fuzz/corpus/TARGET/ (the
-#      tree's corpus is never written; new inputs stay in the copy),
+#   2. runs each TARGET (default: all) for SECONDS (default 600),
+#      FUZZ_PARALLEL of them at a time, on a copy of its corpus
+#      tests/fuzz/corpus/TARGET/ (the tree's corpus is never written; new
+#      inputs stay in the copy),
 #   3. prints per target the executions, libFuzzer's coverage figures
 #      (cov: edges, ft: features) and the findings.
 #
@@ -21,8 +22,9 @@
 # fuzz-regress suite replays it under the sanitizer build.
 #
 # Environment: FUZZ_TIMEOUT (seconds per input, 10), FUZZ_RSS_MB (2048),
-# FUZZ_JOBS (ninja -j, 2), FUZZ_BUILD (build directory, build-libfuzzer),
-# FUZZ_ARGS (more libFuzzer arguments).
+# FUZZ_JOBS (ninja -j, 2), FUZZ_PARALLEL (targets fuzzed at once, default
+# FUZZ_JOBS), FUZZ_BUILD (build directory, build-libfuzzer), FUZZ_ARGS (more
+# libFuzzer arguments).
 set -eu
 
 cd "$(dirname "$0")/.."
@@ -84,14 +86,12 @@ UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace
 export ASAN_OPTIONS UBSAN_OPTIONS
 
 OUT="$ROOT/$BUILD/fuzz-out"
-status=0
-summary=""
-for t in $TARGETS; do
+
+# One target: fuzz, then its line of the summary in $dir/result and, on a
+# finding, the findings' first report lines in $dir/found.
+run_target() {
+	t=$1
 	dir="$OUT/$t"
-	rm -rf "$dir"
-	mkdir -p "$dir/corpus" "$dir/findings" "$dir/tmp"
-	cp tests/fuzz/corpus/"$t"/* "$dir/corpus/" 2>/dev/null || true
-	echo "=== fuzz-$t: ${SECONDS_EACH}s on $(ls "$dir/corpus" | wc -l) corpus files"
 	rc=0
 	# shellcheck disable=SC2086
 	# TMPDIR: what an aborted input leaves (fuzz-client's socket) stays in $dir
@@ -111,22 +111,61 @@ for t in $TARGETS; do
 	# A sanitizer report that did not abort (it should: halt_on_error) still counts.
 	reports=$(grep -c -E 'ERROR: AddressSanitizer|runtime error:|check failed:' "$dir/log" || true)
 	verdict=ok
+	: >"$dir/found"
 	if [ -z "$last" ]; then
 		verdict="NO RUN (exit $rc)"
-		tail -20 "$dir/log"
-		status=1
+		tail -20 "$dir/log" >"$dir/found"
 	elif [ "$found" -gt 0 ] || [ "$reports" -gt 0 ] || [ "${otc:-0/0/0}" != 0/0/0 ]; then
 		verdict="FINDINGS"
-		status=1
+		echo "  fuzz-$t: $reports sanitizer reports, oom/timeout/crash $otc (log: $dir/log)" >"$dir/found"
 		for f in "$dir/findings"/*; do
 			[ -f "$f" ] || continue
 			why=$(TMPDIR="$dir/tmp" "$BUILD/tests/fuzz/fuzz-$t-libfuzzer" -timeout="$TIMEOUT" \
 				-rss_limit_mb="$RSS" "$f" 2>&1 | grep -m1 -E 'check failed:|ERROR: |runtime error:|SUMMARY:' || true)
-			echo "  finding $f: ${why:-see $dir/log}"
+			echo "  finding $f: ${why:-see $dir/log}" >>"$dir/found"
 		done
 	fi
-	line=$(printf '%-8s execs %10s  cov %6s  ft %6s  corpus %5s  oom/timeout/crash %-7s findings %3s  %s' \
-		"$t" "${execs:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "${otc:-?}" "$found" "$verdict")
+	printf '%-8s execs %10s  cov %6s  ft %6s  corpus %5s  oom/timeout/crash %-7s findings %3s  %s\n' \
+		"$t" "${execs:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "${otc:-?}" "$found" "$verdict" >"$dir/result"
+}
+
+# FUZZ_PARALLEL targets at a time (default FUZZ_JOBS): each libFuzzer
+# process (fork mode, one child at a time) keeps one core busy, so two
+# targets on two cores take half the wall time for the same fuzzing each.
+PAR=${FUZZ_PARALLEL:-$JOBS}
+case $PAR in '' | *[!0-9]* | 0) PAR=1 ;; esac
+set -- $TARGETS
+while [ $# -gt 0 ]; do
+	batch=""
+	i=0
+	while [ $# -gt 0 ] && [ $i -lt "$PAR" ]; do
+		batch="$batch $1"
+		shift
+		i=$((i + 1))
+	done
+	for t in $batch; do
+		dir="$OUT/$t"
+		rm -rf "$dir"
+		mkdir -p "$dir/corpus" "$dir/findings" "$dir/tmp"
+		cp tests/fuzz/corpus/"$t"/* "$dir/corpus/" 2>/dev/null || true
+		echo "=== fuzz-$t: ${SECONDS_EACH}s on $(ls "$dir/corpus" | wc -l) corpus files"
+		run_target "$t" &
+	done
+	wait
+done
+
+status=0
+summary=""
+for t in $TARGETS; do
+	dir="$OUT/$t"
+	if [ ! -s "$dir/result" ]; then
+		line=$(printf '%-8s no result  NO RUN' "$t")
+		status=1
+	else
+		line=$(cat "$dir/result")
+		case $line in *" ok") ;; *) status=1 ;; esac
+	fi
+	[ -s "$dir/found" ] && cat "$dir/found"
 	echo "$line"
 	summary="$summary$line
 "
