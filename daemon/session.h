@@ -11,8 +11,9 @@
  *
  * Back-pressure point (i): frames are taken from the read buffer only while
  * the write queue is below the high watermark (hysteresis down to the low
- * watermark), the receiving request has room for a whole frame and, between
- * requests, fewer than max-requests-per-connection replies are owed; the
+ * watermark), the receiving request has room (DATA is taken in slices of
+ * whatever room there is) and, between requests, fewer than
+ * max-requests-per-connection replies are owed; the
  * socket is read only while the read buffer has room.  So a client that
  * does not read its plaintext stops the daemon reading its ciphertext.
  *
