@@ -23,7 +23,7 @@
 #
 # Environment: FUZZ_TIMEOUT (seconds per input, 10), FUZZ_RSS_MB (2048),
 # FUZZ_JOBS (ninja -j, 2), FUZZ_PARALLEL (targets fuzzed at once, default
-# FUZZ_JOBS), FUZZ_BUILD (build directory, build-libfuzzer), FUZZ_ARGS (more
+# one per CPU), FUZZ_BUILD (build directory, build-libfuzzer), FUZZ_ARGS (more
 # libFuzzer arguments).
 set -eu
 
@@ -41,9 +41,11 @@ case $SECONDS_EACH in
 esac
 
 ALL=$(cd tests/fuzz && ls fuzz-*.c | sed -e 's/^fuzz-//' -e 's/\.c$//' | grep -v '^main$')
-TARGETS=${*:-$ALL}
-for t in $TARGETS; do
+TARGETS=""
+for t in ${*:-$ALL}; do
 	[ -f "tests/fuzz/fuzz-$t.c" ] || { echo "fuzz.sh: no target '$t' (have: $(echo $ALL))" >&2; exit 2; }
+	# once each: a second run would remove the first's findings
+	case " $TARGETS " in *" $t "*) ;; *) TARGETS="$TARGETS $t" ;; esac
 done
 
 command -v clang >/dev/null 2>&1 || { echo "fuzz.sh: clang is missing (Debian: apt-get install clang libclang-rt-14-dev)" >&2; exit 1; }
@@ -86,6 +88,8 @@ UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace
 export ASAN_OPTIONS UBSAN_OPTIONS
 
 OUT="$ROOT/$BUILD/fuzz-out"
+mkdir -p "$OUT"
+rm -f "$OUT/summary" # never last run's, whatever happens below
 
 # One target: fuzz, then its line of the summary in $dir/result and, on a
 # finding, the findings' first report lines in $dir/found.
@@ -115,6 +119,10 @@ run_target() {
 	if [ -z "$last" ]; then
 		verdict="NO RUN (exit $rc)"
 		tail -20 "$dir/log" >"$dir/found"
+	elif [ "$rc" != 0 ] && [ "$found" = 0 ] && [ "$reports" = 0 ]; then
+		# killed (the OOM killer, a signal) or failed after running a while
+		verdict="EXIT $rc"
+		tail -20 "$dir/log" >"$dir/found"
 	elif [ "$found" -gt 0 ] || [ "$reports" -gt 0 ] || [ "${otc:-0/0/0}" != 0/0/0 ]; then
 		verdict="FINDINGS"
 		echo "  fuzz-$t: $reports sanitizer reports, oom/timeout/crash $otc (log: $dir/log)" >"$dir/found"
@@ -129,10 +137,10 @@ run_target() {
 		"$t" "${execs:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "${otc:-?}" "$found" "$verdict" >"$dir/result"
 }
 
-# FUZZ_PARALLEL targets at a time (default FUZZ_JOBS): each libFuzzer
+# FUZZ_PARALLEL targets at a time (default: one per CPU): each libFuzzer
 # process (fork mode, one child at a time) keeps one core busy, so two
 # targets on two cores take half the wall time for the same fuzzing each.
-PAR=${FUZZ_PARALLEL:-$JOBS}
+PAR=${FUZZ_PARALLEL:-$(nproc 2>/dev/null || echo 1)}
 case $PAR in '' | *[!0-9]* | 0) PAR=1 ;; esac
 set -- $TARGETS
 while [ $# -gt 0 ]; do
