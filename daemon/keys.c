@@ -914,10 +914,21 @@ static void keyset_free(struct pd_keyset *ks)
  * a large set is slow: 10,000 keys took 117-268 ms there (every RSA and
  * ECDH key's OpenSSL objects and libgcrypt MPIs, each wiped), a stall of
  * every connection.  So a set is freed on a short-lived thread of its own,
- * like the reload's; pd_keyset_wait_freed() waits for those at exit. */
+ * like the reload's.  The threads are joined, never detached: a detached
+ * one could still be running its thread-exit handlers (OpenSSL's per-thread
+ * state, which freeing OpenSSL keys creates) while main tore the libraries
+ * down at exit, and the daemon died of SIGSEGV after "stopped" (seen once
+ * in CI: test_sd_notify, a SIGTERM 1 ms after a reload).  Finished ones are
+ * joined when the next set is handed over, all of them in
+ * pd_keyset_wait_freed() at exit. */
+struct reaper {
+	pthread_t t;
+	struct pd_keyset *ks;
+	bool done;            /* (reap_lock) the set is freed; the thread is returning */
+	struct reaper *next;  /* (reap_lock) */
+};
 static pthread_mutex_t reap_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t reap_done = PTHREAD_COND_INITIALIZER;
-static unsigned reaping; /* sets handed to a thread and not freed yet */
+static struct reaper *reapers; /* started and not joined yet (reap_lock) */
 
 static double ms_between(const struct timespec *a, const struct timespec *b)
 {
@@ -926,7 +937,8 @@ static double ms_between(const struct timespec *a, const struct timespec *b)
 
 static void *reap_thread(void *arg)
 {
-	struct pd_keyset *ks = arg;
+	struct reaper *rp = arg;
+	struct pd_keyset *ks = rp->ks;
 	size_t n = ks->count;
 	struct timespec t0, t1, t2;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -941,35 +953,58 @@ static void *reap_thread(void *arg)
 	pd_log_debug("SYS", "old key set of %zu keys freed in %.1f ms, memory trimmed in %.1f ms", n,
 	             ms_between(&t0, &t1), ms_between(&t1, &t2));
 	pthread_mutex_lock(&reap_lock);
-	if (!--reaping)
-		pthread_cond_broadcast(&reap_done);
+	rp->done = true;
 	pthread_mutex_unlock(&reap_lock);
 	return NULL;
+}
+
+/* Join the reapers that are done (all: every one, waiting for each). */
+static void join_reapers(bool all)
+{
+	struct reaper *mine = NULL;
+	pthread_mutex_lock(&reap_lock);
+	for (struct reaper **pp = &reapers; *pp;) {
+		struct reaper *rp = *pp;
+		if (all || rp->done) {
+			*pp = rp->next;
+			rp->next = mine;
+			mine = rp;
+		} else {
+			pp = &rp->next;
+		}
+	}
+	pthread_mutex_unlock(&reap_lock);
+	while (mine) {
+		struct reaper *rp = mine;
+		mine = rp->next;
+		pthread_join(rp->t, NULL);
+		free(rp);
+	}
 }
 
 struct pd_keyset *pd_keyset_unref(struct pd_keyset *ks)
 {
 	if (!ks || atomic_fetch_sub_explicit(&ks->n_ref, 1, memory_order_acq_rel) != 1)
 		return NULL;
-	pthread_attr_t attr;
-	pthread_t t;
-	sigset_t all, old;
-	int r = pthread_attr_init(&attr);
-	if (r == 0) {
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		pthread_mutex_lock(&reap_lock);
-		reaping++;
-		pthread_mutex_unlock(&reap_lock);
+	join_reapers(false);
+	struct reaper *rp = calloc(1, sizeof(*rp));
+	int r = ENOMEM;
+	if (rp) {
+		sigset_t all, old;
+		rp->ks = ks;
 		sigfillset(&all); /* signals stay the loop's */
 		pthread_sigmask(SIG_BLOCK, &all, &old);
-		r = pthread_create(&t, &attr, reap_thread, ks);
+		pthread_mutex_lock(&reap_lock); /* linked before it can say done */
+		r = pthread_create(&rp->t, NULL, reap_thread, rp);
+		if (r == 0) {
+			rp->next = reapers;
+			reapers = rp;
+		}
+		pthread_mutex_unlock(&reap_lock);
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
-		pthread_attr_destroy(&attr);
 		if (r == 0)
 			return NULL;
-		pthread_mutex_lock(&reap_lock);
-		reaping--;
-		pthread_mutex_unlock(&reap_lock);
+		free(rp);
 	}
 	/* No thread to be had: free it here, slow as it is, rather than keep it. */
 	pd_log_warn("SYS", "freeing %zu keys on this thread: cannot start a thread: %s", ks->count, strerror(r));
@@ -979,10 +1014,7 @@ struct pd_keyset *pd_keyset_unref(struct pd_keyset *ks)
 
 void pd_keyset_wait_freed(void)
 {
-	pthread_mutex_lock(&reap_lock);
-	while (reaping)
-		pthread_cond_wait(&reap_done, &reap_lock);
-	pthread_mutex_unlock(&reap_lock);
+	join_reapers(true);
 }
 
 const struct pd_keyring *pd_keyset_ring(const struct pd_keyset *ks) { return ks->kr; }

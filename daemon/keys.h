@@ -37,8 +37,8 @@ struct pd_keyset *pd_keyset_ref(struct pd_keyset *ks);
  * a thread of its own, never the caller's: freeing 10,000 keys takes a
  * tenth of a second and more.  Accepts NULL, returns NULL. */
 struct pd_keyset *pd_keyset_unref(struct pd_keyset *ks);
-/** Wait until every set whose last reference was dropped is freed (at
- * exit, before pd_lib_deinit). */
+/** Wait until every set whose last reference was dropped is freed and its
+ * thread has ended, joined (at exit, before pd_lib_deinit). */
 void pd_keyset_wait_freed(void);
 /** The key ring, for pd_msg_recover_key(). */
 const struct pd_keyring *pd_keyset_ring(const struct pd_keyset *ks);
