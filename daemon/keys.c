@@ -36,6 +36,7 @@
 #include "config.h"
 #include "keys.h"
 #include "log.h"
+#include "sigmask.h"
 #include "pgpdec.h"
 
 #define MAX_KEYFILE (1u << 20) /* a transferable secret key is a few KiB */
@@ -914,12 +915,11 @@ static void keyset_free(struct pd_keyset *ks)
  * a large set is slow: 10,000 keys took 117-268 ms there (every RSA and
  * ECDH key's OpenSSL objects and libgcrypt MPIs, each wiped), a stall of
  * every connection.  So a set is freed on a short-lived thread of its own,
- * like the reload's.  The threads are joined, never detached: a detached
- * one could still be running its thread-exit handlers (OpenSSL's per-thread
- * state, which freeing OpenSSL keys creates) while main tore the libraries
- * down at exit, and the daemon died of SIGSEGV after "stopped" (seen once
- * in CI: test_sd_notify, a SIGTERM 1 ms after a reload).  Finished ones are
- * joined when the next set is handed over, all of them in
+ * like the reload's.  The threads are joined, never detached, so that
+ * none is still running (its thread-exit handlers: OpenSSL's per-thread
+ * state, which freeing OpenSSL keys creates) when main tears the libraries
+ * down at exit; a detached one that had said "freed" could be.  Finished
+ * ones are joined when the next set is handed over, all of them in
  * pd_keyset_wait_freed() at exit. */
 struct reaper {
 	pthread_t t;
@@ -928,6 +928,12 @@ struct reaper {
 	struct reaper *next;  /* (reap_lock) */
 };
 static pthread_mutex_t reap_lock = PTHREAD_MUTEX_INITIALIZER;
+/* One malloc_trim at a time.  Under AddressSanitizer glibc's allocator is
+ * never set up (ASan's malloc replaces it, its mallopt does nothing), so
+ * the first malloc_trim sets it up, without a lock: two reapers trimming
+ * at once (the reload's old set and, at SIGTERM, the last one) crashed in
+ * glibc's mtrim (SIGSEGV) or failed its arena assertion (SIGABRT). */
+static pthread_mutex_t trim_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct reaper *reapers; /* started and not joined yet (reap_lock) */
 
 static double ms_between(const struct timespec *a, const struct timespec *b)
@@ -948,7 +954,9 @@ static void *reap_thread(void *arg)
 	 * and a later load's threads take the arenas last released, so the
 	 * pages of the freed set stayed resident (a 10,000-key daemon went
 	 * from 189 MiB to 470 MiB over two reloads): hand them back. */
+	pthread_mutex_lock(&trim_lock);
 	malloc_trim(0);
+	pthread_mutex_unlock(&trim_lock);
 	clock_gettime(CLOCK_MONOTONIC, &t2);
 	pd_log_debug("SYS", "old key set of %zu keys freed in %.1f ms, memory trimmed in %.1f ms", n,
 	             ms_between(&t0, &t1), ms_between(&t1, &t2));
@@ -990,10 +998,9 @@ struct pd_keyset *pd_keyset_unref(struct pd_keyset *ks)
 	struct reaper *rp = calloc(1, sizeof(*rp));
 	int r = ENOMEM;
 	if (rp) {
-		sigset_t all, old;
+		sigset_t old;
 		rp->ks = ks;
-		sigfillset(&all); /* signals stay the loop's */
-		pthread_sigmask(SIG_BLOCK, &all, &old);
+		pd_block_async_signals(&old); /* signals stay the loop's */
 		pthread_mutex_lock(&reap_lock); /* linked before it can say done */
 		r = pthread_create(&rp->t, NULL, reap_thread, rp);
 		if (r == 0) {

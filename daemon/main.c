@@ -23,6 +23,7 @@
 #include "admission.h"
 #include "daemon.h"
 #include "keys.h"
+#include "sigmask.h"
 #include "listen.h"
 #include "log.h"
 #include "metrics.h"
@@ -277,9 +278,8 @@ static void start_reload(void)
 	}
 	pd_log_info("SYS", "reloading keys and config");
 	pd_notify_reloading();
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
+	sigset_t old;
+	pd_block_async_signals(&old);
 	int r = pthread_create(&m.reload_thread, NULL, reload_main, NULL);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (r) {

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "pgpdec.h"
 #include "pool.h"
+#include "sigmask.h"
 
 struct fifo {
 	struct pd_job *head, *tail;
@@ -405,7 +406,7 @@ static void close_polls(struct pd_pool *p, uv_close_cb cb)
 int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsigned queue_max)
 {
 	struct pd_pool *p = calloc(1, sizeof(*p));
-	sigset_t all, old;
+	sigset_t old;
 	int r;
 
 	if (!p)
@@ -467,8 +468,7 @@ int pd_pool_new(struct pd_pool **ret, uv_loop_t *loop, unsigned nthreads, unsign
 		return r;
 	}
 	/* Workers never take signals: they belong to the loop's uv_signal. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
+	pd_block_async_signals(&old);
 	for (unsigned i = 0; i < nthreads; i++) {
 		struct thread_arg *a = malloc(sizeof(*a));
 		if (a) {
