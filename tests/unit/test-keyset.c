@@ -15,14 +15,33 @@
 #include "log.h"
 #include "pgpdec.h"
 
+/* Threads of this process not yet exiting.  A joined thread can still be
+ * listed in /proc for a moment after pthread_join returns (the kernel wakes
+ * the joiner from inside the thread's exit), but it is past its user-space
+ * exit handlers by then and carries PF_EXITING (0x4, field 9 of stat). */
 static unsigned threads(void)
 {
 	DIR *d = opendir("/proc/self/task");
 	unsigned n = 0;
 	assert_non_null(d);
-	for (struct dirent *e; (e = readdir(d));)
-		if (e->d_name[0] != '.')
-			n++;
+	for (struct dirent *e; (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		char path[300], buf[512];
+		snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			continue; /* gone meanwhile */
+		size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[len] = 0;
+		const char *p = strrchr(buf, ')');
+		unsigned long flags = 0;
+		/* after the name: state ppid pgrp session tty_nr tpgid flags */
+		if (p && sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %lu", &flags) == 1 && (flags & 0x4))
+			continue;
+		n++;
+	}
 	closedir(d);
 	return n;
 }
