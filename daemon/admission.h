@@ -11,9 +11,11 @@
  *  - held: plaintext held back for verified-only requests, at most
  *    max-verified-total for all of them.
  *  - pending passwords: the secure memory that requests which have not
- *    started yet hold for their PASSWORD, at most PD_ADM_PENDING_PW_MAX for
- *    all of them (such requests are not bounded by queue-length, and the
- *    secure heap is small and shared with the keys).
+ *    started yet hold for their PASSWORD (and SESSION_KEY_IN), at most
+ *    PD_ADM_PENDING_PW_MAX for all of them (such requests are not bounded
+ *    by queue-length, and the secure heap is small and shared with the
+ *    keys).  Given back when the request takes its slot: from then on
+ *    queue-length bounds it, though its first job copies it only later.
  *  - memory: what messages in progress allocate, at most max-memory: each
  *    request's buffers (taken with its slot) and, through the engine's
  *    pd_budget, its layers, decompressors, AEAD chunk buffer and Argon2

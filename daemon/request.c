@@ -45,8 +45,9 @@ struct pd_request {
 	/* Until its first ciphertext a request holds no slot and no buffers:
 	 * only what DECRYPT said (limits, the password in secure memory). */
 	struct pd_limits lim;
-	char *password;         /* gcry secure memory, until the message exists */
+	char *password;         /* gcry secure memory, until the first job is back */
 	size_t password_len;
+	size_t pw_pending;      /* of the pending-password budget (admission.h), until the slot */
 	uint8_t *skey;          /* a session key given (SESSION_KEY_IN): secure memory, until then too */
 	size_t skey_len;
 	uint8_t skey_algo;
@@ -214,23 +215,32 @@ static void held_release(struct pd_request *r)
 	r->held = 0;
 }
 
-/* The password and a given session key, held until the message exists. */
+/* The pending-password budget covers requests that have not started: once
+ * one has its slot, queue-length bounds it (as it bounds the copy the
+ * message makes). */
+static void pending_release(struct pd_request *r)
+{
+	pd_adm_pending_pw_give(r->pw_pending);
+	r->pw_pending = 0;
+}
+
+/* The password and a given session key, held until the first job made the
+ * message with them (start_msg()). */
 static void drop_password(struct pd_request *r)
 {
 	if (r->password) {
 		explicit_bzero(r->password, r->password_len);
 		gcry_free(r->password);
-		pd_adm_pending_pw_give(r->password_len + 1);
 		r->password = NULL;
 		r->password_len = 0;
 	}
 	if (r->skey) {
 		explicit_bzero(r->skey, r->skey_len);
 		gcry_free(r->skey);
-		pd_adm_pending_pw_give(r->skey_len);
 		r->skey = NULL;
 		r->skey_len = 0;
 	}
+	pending_release(r);
 }
 
 static struct pd_request *alloc_req(const struct pd_request_owner *o, uint32_t id)
@@ -297,7 +307,8 @@ void pd_request_abort(struct pd_request *r, uint16_t status, const char *sentenc
 	pd_obuf_list_clear(&r->outq);
 	held_release(r);
 	drop_input(r);
-	drop_password(r);
+	if (!r->job_inflight) /* else the first job may be reading it: job_done drops it */
+		drop_password(r);
 	struct pd_obuf *o = result_obuf(r->id, status, NULL, sentence, NULL, r->bytes_in, 0);
 	if (o)
 		pd_obuf_push(&r->outq, o); /* never held: it is the answer */
@@ -317,6 +328,8 @@ void pd_request_abort(struct pd_request *r, uint16_t status, const char *sentenc
 
 /* ---------------------------------------------------------------- */
 /* Worker side */
+
+#define START_FAILED "out of memory, or memory for messages in progress at its limit (max-memory); retry later"
 
 struct frame_writer {
 	struct pd_obuf *o;
@@ -418,20 +431,58 @@ static void job_result(struct pd_request *r, struct frame_writer *fw, int err, s
 	r->m = pd_msg_free(r->m, w); /* handles go back to this worker's cache */
 }
 
+/* The first job makes the message, so that it is made, used and freed on
+ * one worker thread: the memory of a message made on the loop and freed on
+ * a worker goes back to the loop's malloc arena, whose lock the loop and the
+ * workers then fight over at every message.  What the request alone decides
+ * (a session key's length) was checked on the loop in activate(); the
+ * password and the key are copied from the request, which keeps them until
+ * this job is back (job_done drops them).  An error here is the memory's, as
+ * it was when the loop made the message. */
+static int start_msg(struct pd_request *r)
+{
+	int err = pd_msg_new(&r->m, &r->lim);
+	if (err == 0)
+		err = pd_msg_set_budget(r->m, pd_adm_memory());
+	if (err == 0 && r->password)
+		err = pd_msg_set_password(r->m, r->password, r->password_len);
+	if (err == 0 && r->skey)
+		err = pd_msg_set_session_key(r->m, r->skey_algo, r->skey, r->skey_len);
+	if (err < 0) {
+		r->m = pd_msg_free(r->m, NULL);
+		return err;
+	}
+	pd_msg_set_cancel(r->m, &r->cancel);
+	pd_msg_set_keyring(r->m, pd_keyset_ring(r->ks)); /* ours is found past max_esk */
+	return 0;
+}
+
+/* A RESULT for a message that could not be made (start_msg()): the same
+ * answer the loop gave when it made the message itself. */
+static void job_start_failed(struct pd_request *r, struct frame_writer *fw)
+{
+	struct pd_result res = { .status = PD_ST_OVERLOADED, .bytes_in = 0 };
+	snprintf(res.errname, sizeof(res.errname), "%s", pd_status_name(PD_ST_OVERLOADED));
+	snprintf(res.sentence, sizeof(res.sentence), "%s", START_FAILED);
+	int n = pd_frame_encode_result(fw->o->data + fw->o->len, fw->o->cap - fw->o->len, r->id, &res, NULL);
+	if (n > 0)
+		fw->o->len += (size_t)n;
+	r->job_terminal = true;
+	r->job_status = res.status;
+}
+
 static void job_work(struct pd_job *j, struct pd_worker *w)
 {
 	struct pd_request *r = container_of(j, struct pd_request, job);
-	size_t cap = r->job_cap + 2 * PD_FRAME_STRUCT_MAX + 2 * PD_FRAME_HDR_LEN;
 	struct frame_writer fw = { .frame = SIZE_MAX, .max_frame = r->max_frame, .id = r->id };
 	size_t jpos = 0;
 	int st;
 
 	r->job_plain = 0;
 	r->job_terminal = false;
-	fw.o = r->job_out = pd_obuf_new(cap);
-	if (!fw.o) {
-		r->job_status = PD_ST_OVERLOADED;
-		r->wait = W_ROOM;
+	fw.o = r->job_out; /* made by the loop (pd_request_kick()), freed there */
+	if (!r->m && start_msg(r) < 0) {
+		job_start_failed(r, &fw);
 		return;
 	}
 	for (;;) {
@@ -599,6 +650,7 @@ static void job_done(struct pd_job *j)
 	r->job_out = NULL;
 
 	r->job_inflight = false;
+	drop_password(r); /* the first job copied it into the message, or failed */
 	if (!r->o) { /* the session went away while we worked */
 		pd_obuf_free(o);
 		count_outcome(r, PD_ST_INTERNAL);
@@ -617,10 +669,6 @@ static void job_done(struct pd_job *j)
 	if (j->cancelled) {
 		pd_obuf_free(o);
 		pd_request_abort(r, PD_ST_SHUTTING_DOWN, "the daemon is stopping");
-		return;
-	}
-	if (!o) {
-		pd_request_abort(r, PD_ST_OVERLOADED, "out of memory");
 		return;
 	}
 	pd_stats_bytes_out(r->job_plain);
@@ -719,7 +767,7 @@ void pd_request_kick(struct pd_request *r)
 {
 	int err;
 
-	if (!r->decrypt || r->answered || r->job_inflight || !r->m || !r->o)
+	if (!r->decrypt || r->answered || r->job_inflight || !r->slot || !r->o)
 		return;
 	if (r->wait == W_INPUT && !pd_buf_len(&r->lin) && !(r->input_ended && !r->end_told))
 		return; /* nothing new to feed */
@@ -749,10 +797,19 @@ void pd_request_kick(struct pd_request *r)
 	}
 	r->job_end = r->input_ended && !pd_buf_len(&r->lin);
 	r->job_cap = job_cap(r);
+	/* The job's output buffer is made here and freed here (after the
+	 * write), on the loop: see start_msg() for why not on the worker. */
+	r->job_out = pd_obuf_new(r->job_cap + 2 * PD_FRAME_STRUCT_MAX + 2 * PD_FRAME_HDR_LEN);
+	if (!r->job_out) {
+		pd_request_abort(r, PD_ST_OVERLOADED, "out of memory");
+		return;
+	}
 	r->job.work = job_work;
 	r->job.done = job_done;
 	err = pd_pool_submit(pd_d.pool, &r->job);
 	if (err < 0) {
+		pd_obuf_free(r->job_out);
+		r->job_out = NULL;
 		pd_request_abort(r, err == -ESHUTDOWN ? PD_ST_SHUTTING_DOWN : PD_ST_OVERLOADED,
 		                 err == -ESHUTDOWN ? "the daemon is stopping" : "the work queue is full; retry later");
 		return;
@@ -818,9 +875,9 @@ int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owne
 			pd_request_abort(r, PD_ST_OVERLOADED, "too many requests with a password waiting to start; retry later");
 			return 0;
 		}
+		r->pw_pending += dr->password_len + 1;
 		r->password = gcry_malloc_secure(dr->password_len + 1);
 		if (!r->password) {
-			pd_adm_pending_pw_give(dr->password_len + 1);
 			pd_request_abort(r, PD_ST_OVERLOADED, "out of memory; retry later");
 			return 0;
 		}
@@ -834,9 +891,9 @@ int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owne
 			pd_request_abort(r, PD_ST_OVERLOADED, "too many requests with a password waiting to start; retry later");
 			return 0;
 		}
+		r->pw_pending += dr->session_key_len;
 		r->skey = gcry_malloc_secure(dr->session_key_len);
 		if (!r->skey) {
-			pd_adm_pending_pw_give(dr->session_key_len);
 			pd_request_abort(r, PD_ST_OVERLOADED, "out of memory; retry later");
 			return 0;
 		}
@@ -860,6 +917,7 @@ static bool activate(struct pd_request *r)
 		return false;
 	}
 	r->slot = true;
+	pending_release(r);
 	/* Its buffers: the two hand-off buffers, a job's output and as much
 	 * again queued (back-pressure (ii)); the engine takes its own share. */
 	uint64_t need = 2 * (uint64_t)r->in_cap + 2 * ((uint64_t)r->out_cap + 2 * PD_FRAME_STRUCT_MAX);
@@ -870,16 +928,7 @@ static bool activate(struct pd_request *r)
 	}
 	r->mem = need;
 	r->mem_in = 2 * (uint64_t)r->in_cap;
-	int err = pd_buf_init(&r->lin, r->in_cap) == 0 && pd_buf_init(&r->jin, r->in_cap) == 0 ?
-	          pd_msg_new(&r->m, &r->lim) : -ENOMEM;
-	if (err == 0)
-		err = pd_msg_set_budget(r->m, b);
-	if (err == 0 && r->password)
-		err = pd_msg_set_password(r->m, r->password, r->password_len);
-	int skerr = 0;
-	if (err == 0 && r->skey)
-		skerr = pd_msg_set_session_key(r->m, r->skey_algo, r->skey, r->skey_len);
-	drop_password(r);
+	int skerr = r->skey ? pd_session_key_check(r->skey_algo, r->skey_len) : 0;
 	if (skerr < 0) {
 		/* Said before any ciphertext is read: it depends on the request alone. */
 		pd_request_abort(r, PD_ST_BAD_REQUEST, skerr == PD_EUNSUPPORTED ?
@@ -887,14 +936,12 @@ static bool activate(struct pd_request *r)
 		                 "SESSION_KEY_IN: key length wrong for its algorithm");
 		return false;
 	}
-	if (err < 0) {
-		pd_request_abort(r, PD_ST_OVERLOADED, "out of memory, or memory for messages in progress at its limit "
-		                 "(max-memory); retry later");
+	if (pd_buf_init(&r->lin, r->in_cap) < 0 || pd_buf_init(&r->jin, r->in_cap) < 0) {
+		pd_request_abort(r, PD_ST_OVERLOADED, START_FAILED);
 		return false;
 	}
-	pd_msg_set_cancel(r->m, &r->cancel);
+	/* The message itself is made by the first job (start_msg()). */
 	r->ks = pd_keyset_ref(pd_d.keys);
-	pd_msg_set_keyring(r->m, pd_keyset_ring(r->ks)); /* ours is found past max_esk */
 	return true;
 }
 

@@ -1181,6 +1181,16 @@ int pd_msg_set_password(struct pd_msg *m, const char *pw, size_t len)
 	return 0;
 }
 
+int pd_session_key_check(uint8_t algo, size_t len)
+{
+	size_t want = pd_sym_keylen(algo);
+	if (!want)
+		return PD_EUNSUPPORTED;
+	if (len != want || len > PD_SESSION_KEY_MAX)
+		return -EINVAL;
+	return 0;
+}
+
 /* The caller's own key, not the message's octets: what is wrong with it
  * may be said at once.  Once set, the message never asks for a key. */
 int pd_msg_set_session_key(struct pd_msg *m, uint8_t algo, const uint8_t *key, size_t len)
@@ -1189,11 +1199,9 @@ int pd_msg_set_session_key(struct pd_msg *m, uint8_t algo, const uint8_t *key, s
 		return m->err;
 	if (m->have_key)
 		return PD_EUSAGE;
-	size_t want = pd_sym_keylen(algo);
-	if (!want)
-		return PD_EUNSUPPORTED;
-	if (len != want || len > sizeof(m->sk->key))
-		return -EINVAL;
+	int r = pd_session_key_check(algo, len);
+	if (r < 0)
+		return r;
 	m->sk->algo = algo;
 	m->sk->len = (uint8_t)len;
 	memcpy(m->sk->key, key, len);

@@ -417,6 +417,10 @@ PD_API int pd_msg_set_password(struct pd_msg *m, const char *pw, size_t len);
  * key ends as PD_EINTEGRITY, as any wrong key does; pd_msg_info() then has
  * pk_algo 0 and no key fingerprint. */
 PD_API int pd_msg_set_session_key(struct pd_msg *m, uint8_t algo, const uint8_t *key, size_t len);
+/** What pd_msg_set_session_key() would say of a key of this algorithm and
+ * length, without a message: 0, PD_EUNSUPPORTED or -EINVAL.  For a caller
+ * that answers a bad key before it makes the message. */
+PD_API int pd_session_key_check(uint8_t algo, size_t len);
 /** The session key of a message that verified: only after PD_STEP_DONE
  * with integrity MDC or AEAD, its algorithm (for SEIPD v2 and OCB the
  * cipher of the authenticated header) in *ret_algo and *ret_len octets in

@@ -461,6 +461,14 @@ static void test_session_key(void **state)
 	assert_int_equal(pd_msg_set_session_key(m, 99, k, 16), PD_EUNSUPPORTED);
 	assert_int_equal(pd_msg_set_session_key(m, 9, k, 16), -EINVAL);
 	assert_int_equal(pd_msg_set_session_key(m, 7, k, 32), -EINVAL);
+	/* ... and without a message, the same verdicts (the daemon's loop) */
+	assert_int_equal(pd_session_key_check(0, 16), PD_EUNSUPPORTED);
+	assert_int_equal(pd_session_key_check(99, 16), PD_EUNSUPPORTED);
+	assert_int_equal(pd_session_key_check(9, 16), -EINVAL);
+	assert_int_equal(pd_session_key_check(7, 32), -EINVAL);
+	assert_int_equal(pd_session_key_check(9, 33), -EINVAL);
+	assert_int_equal(pd_session_key_check(7, 16), 0);
+	assert_int_equal(pd_session_key_check(9, 32), 0);
 	assert_int_equal(pd_msg_set_session_key(m, 9, k, 32), 0);
 	assert_int_equal(pd_msg_set_session_key(m, 9, k, 32), PD_EUSAGE);
 	uint8_t oa;
