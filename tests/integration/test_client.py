@@ -394,11 +394,21 @@ def test_bench_no_digest(fake, tmp_path):
     j = json.loads(r.stdout)
     assert j["digest"] is True and j["mismatched"] == 8, j  # 2..12: six longer, 3 and 9 other octets
     assert j["plaintext_sha256"] == [hashlib.sha256(b"VARYx\n" + b"a" * 4096).hexdigest().upper()]
+    # A small file's first plaintext becomes its reference and the rest are
+    # compared with it octet by octet; one above 256 KiB is hashed every
+    # time: both find the same eight.
+    big = tmp_path / "big"
+    big.write_bytes(b"VARYx\n" + b"a" * (300 << 10))
+    r = run(["--socket", s.path, "bench", "--requests", "12", "--json", str(big)])
+    assert r.returncode == 70, r.stderr
+    j = json.loads(r.stdout)
+    assert j["mismatched"] == 8, j
+    assert j["plaintext_sha256"] == [hashlib.sha256(big.read_bytes()).hexdigest().upper()]
     r = run(["--socket", s.path, "bench", "--no-digest", "--requests", "12", "--json", str(a)])
     assert r.returncode == 70, r.stderr
     j = json.loads(r.stdout)
     assert j["digest"] is False and j["plaintext_sha256"] == [""], j
-    assert j["mismatched"] == 6, j  # 13..24: the six longer ones; 15 and 21 go unseen
+    assert j["mismatched"] == 6, j  # 25..36: the six longer ones; 27 and 33 go unseen
     assert "6 plaintexts differ" in r.stderr.decode()
     r = run(["--socket", s.path, "bench", "--no-digest", "--requests", "5", str(tmp_path / "a")])
     assert "(in length: --no-digest)" in r.stdout.decode()
