@@ -7,6 +7,7 @@
  * drain-timeout, exit 0.
  */
 #include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -323,7 +324,8 @@ int main(int argc, char **argv)
 	 * glibc's adaptive thresholds they bounce between mmap/munmap and heap
 	 * trimming (madvise), each time faulting fresh pages in: fixed
 	 * thresholds keep them in the heap for reuse.  Memory stays bounded by
-	 * the limits; freed memory is reused, not returned. */
+	 * the limits; freed memory is reused, not returned.  The trim threshold
+	 * is set again once max-memory is known (below). */
 	mallopt(M_MMAP_THRESHOLD, 4 << 20);
 	mallopt(M_TRIM_THRESHOLD, 64 << 20);
 	signal(SIGPIPE, SIG_IGN);
@@ -337,6 +339,15 @@ int main(int argc, char **argv)
 		return r == -EINVAL ? EX_USAGE : EX_CONFIG;
 	}
 	pd_log_set_level((enum pd_log_level)pd_d.cfg->log_level);
+	/* The top of the loop's heap swings by what the messages in progress
+	 * hold (their buffers are made and freed there), up to max-memory: a
+	 * trim threshold below that trims the heap when a batch of messages
+	 * ends and grows it again, page by fresh page, for the next (at
+	 * concurrency 200 with 4 KiB messages, 1 of 2 runs fell from about
+	 * 28,000 to 12,000 messages/s, with 0.4-1.4 brk calls and 2.5-4 page
+	 * faults per message).  So it never trims below max-memory. */
+	uint64_t trim = pd_d.cfg->max_memory + (64u << 20);
+	mallopt(M_TRIM_THRESHOLD, trim > INT_MAX ? INT_MAX : (int)trim);
 	size_t secmem = pd_d.cfg->secmem_size, key_files = 0;
 	uint64_t key_bytes = 0;
 	if (!secmem)
