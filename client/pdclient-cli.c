@@ -164,10 +164,9 @@ static void usage_text(FILE *f)
 "                           connections); N/K connections are opened\n"
 "      --threads T          client threads driving the connections (default 1)\n"
 "      --no-digest          compare only the length of each plaintext with the\n"
-"                           first of its file, not its content (a first one of\n"
-"                           up to 256 KiB is kept and the others compared with\n"
-"                           it; longer ones by SHA-256, ~0.6 ms of CPU per MB:\n"
-"                           for measuring the daemon on the client's cores)\n"
+"                           first of its file, not its content (longer ones are\n"
+"                           compared by SHA-256, ~0.6 ms of CPU per MB: for\n"
+"                           measuring the daemon on the client's cores)\n"
 "      --json               print the figures as one JSON object\n"
 "\n"
 "  -h, --help               show this help and exit\n"
@@ -906,7 +905,10 @@ struct slot {
 	const uint8_t *ref;       /* the file's reference, or NULL: hashed */
 	size_t ref_len;
 	bool differs;             /* a compared octet differed */
-	uint8_t *keep;            /* hashed: the plaintext as well, while it fits REF_MAX */
+	/* Hashed, and this slot is its file's keeper (one at a time, see
+	 * keepers): the plaintext is copied too, while it fits REF_MAX, to
+	 * become the reference. */
+	uint8_t *keep;            /* REF_MAX octets while the slot keeps, else NULL */
 	size_t keep_len;
 	bool keep_over;
 };
@@ -934,6 +936,7 @@ struct bench {
 	uint64_t *plain_len;      /* the first plaintext's length, per file */
 	bool *have_digest;
 	uint8_t **ref;            /* the first plaintext itself, when it fit REF_MAX (fail_lock) */
+	int *keepers;             /* per file, 1 while a slot keeps a copy (atomic) */
 	atomic_long mismatched;
 	struct pdc_conn **conns;
 	long n_conns;
@@ -953,7 +956,7 @@ static int bench_data(void *arg, const uint8_t *p, size_t n)
 		return 0;
 	}
 	gnutls_hash(s->h, p, n);
-	if (!s->keep_over && n <= REF_MAX - s->keep_len) {
+	if (s->keep && !s->keep_over && n <= REF_MAX - s->keep_len) {
 		memcpy(s->keep + s->keep_len, p, n);
 		s->keep_len += n;
 	} else {
@@ -961,6 +964,37 @@ static int bench_data(void *arg, const uint8_t *p, size_t n)
 	}
 	s->out += n;
 	return 0;
+}
+
+/* The slot's request is over: a keeper lets go (its copy freed), so that
+ * another slot may keep one if no reference came of it. */
+static void keep_release(struct slot *s)
+{
+	if (!s->keep)
+		return;
+	free(s->keep);
+	s->keep = NULL;
+	__atomic_store_n(&s->b->keepers[s->file], 0, __ATOMIC_RELEASE);
+}
+
+/* At submission: the file has no reference yet and its first plaintext
+ * (if one came) fit REF_MAX, and no other slot keeps a copy: this one does.
+ * So at most one REF_MAX buffer per file exists at a time. */
+static void keep_claim(struct slot *s)
+{
+	struct bench *b = s->b;
+	int f = s->file, zero = 0;
+	s->keep_len = 0;
+	s->keep_over = false;
+	if (b->o->no_digest || s->ref)
+		return;
+	if (__atomic_load_n(&b->have_digest[f], __ATOMIC_ACQUIRE) && b->plain_len[f] > REF_MAX)
+		return;
+	if (!__atomic_compare_exchange_n(&b->keepers[f], &zero, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		return;
+	s->keep = malloc(REF_MAX);
+	if (!s->keep)
+		__atomic_store_n(&b->keepers[f], 0, __ATOMIC_RELEASE);
 }
 
 /* Sent again (retry): what came of the first attempt is forgotten. */
@@ -971,7 +1005,7 @@ static int bench_retry(void *arg)
 	s->out = 0;
 	s->differs = false;
 	s->keep_len = 0;
-	s->keep_over = __atomic_load_n(&s->b->have_digest[s->file], __ATOMIC_ACQUIRE);
+	s->keep_over = false;
 	gnutls_hash_output(s->h, dummy); /* resets the running hash */
 	return 0;
 }
@@ -993,13 +1027,11 @@ static void bench_submit(struct slot *s)
 	s->out = 0;
 	s->file = f;
 	s->differs = false;
-	s->keep_len = 0;
-	/* the first plaintext of its file was too long: none is kept */
-	s->keep_over = __atomic_load_n(&b->have_digest[f], __ATOMIC_ACQUIRE);
 	/* the reference, once set, never changes: an acquire read pairs with
-	 * the release store in bench_done */
+	 * the release store in check_hashed() */
 	s->ref = __atomic_load_n(&b->ref[f], __ATOMIC_ACQUIRE);
 	s->ref_len = s->ref ? (size_t)b->plain_len[f] : 0;
+	keep_claim(s);
 	s->t0 = now_ns();
 	int r = pdc_submit_decrypt(s->c, &d);
 	if (r < 0) {
@@ -1024,16 +1056,17 @@ static bool check_hashed(struct slot *s)
 	if (!b->have_digest[s->file]) {
 		memcpy(b->digest[s->file], dg, 32);
 		b->plain_len[s->file] = s->out;
-		if (!b->o->no_digest && !s->keep_over) {
-			uint8_t *ref = malloc(s->keep_len ? s->keep_len : 1);
-			if (ref) {
-				memcpy(ref, s->keep, s->keep_len);
-				__atomic_store_n(&b->ref[s->file], ref, __ATOMIC_RELEASE);
-			}
-		}
 		__atomic_store_n(&b->have_digest[s->file], true, __ATOMIC_RELEASE);
 	} else {
 		same = b->plain_len[s->file] == s->out && memcmp(b->digest[s->file], dg, 32) == 0;
+	}
+	/* the keeper's copy, when it matches the first digest, is the reference */
+	if (same && s->keep && !s->keep_over && !b->ref[s->file]) {
+		uint8_t *ref = malloc(s->keep_len ? s->keep_len : 1);
+		if (ref) {
+			memcpy(ref, s->keep, s->keep_len);
+			__atomic_store_n(&b->ref[s->file], ref, __ATOMIC_RELEASE);
+		}
 	}
 	pthread_mutex_unlock(&b->fail_lock);
 	return same;
@@ -1065,6 +1098,7 @@ static void bench_done(void *arg, const struct pdc_result *r)
 			pthread_mutex_unlock(&b->fail_lock);
 		}
 	}
+	keep_release(s);
 	/* A connection that failed for good (retries spent) takes no more:
 	 * the requests never handed out count as failed. */
 	if (r->err)
@@ -1200,7 +1234,8 @@ static int cmd_bench(const struct opts *o, int nfiles, char **files)
 	b.have_digest = calloc((size_t)nfiles, sizeof(*b.have_digest));
 	b.plain_len = calloc((size_t)nfiles, sizeof(*b.plain_len));
 	b.ref = calloc((size_t)nfiles, sizeof(*b.ref));
-	if (!b.data || !b.len || !b.lat_ms || !b.digest || !b.have_digest || !b.plain_len || !b.ref)
+	b.keepers = calloc((size_t)nfiles, sizeof(*b.keepers));
+	if (!b.data || !b.len || !b.lat_ms || !b.digest || !b.have_digest || !b.plain_len || !b.ref || !b.keepers)
 		die(EX_OSERR, "out of memory");
 	for (int i = 0; i < nfiles; i++)
 		load_file(files[i], &b.data[i], &b.len[i]);
@@ -1232,8 +1267,6 @@ static int cmd_bench(const struct opts *o, int nfiles, char **files)
 			slots[i * per + k] = (struct slot){ .b = &b, .c = b.conns[i] };
 			if (gnutls_hash_init(&slots[i * per + k].h, GNUTLS_DIG_SHA256) < 0)
 				die(EX_OSERR, "cannot set up SHA-256");
-			if (!(slots[i * per + k].keep = malloc(REF_MAX)))
-				die(EX_OSERR, "out of memory");
 		}
 	}
 	long nt = o->threads > b.n_conns ? b.n_conns : o->threads;
@@ -1328,6 +1361,7 @@ static int cmd_bench(const struct opts *o, int nfiles, char **files)
 	for (int i = 0; i < nfiles; i++)
 		free(b.ref[i]);
 	free(b.ref);
+	free(b.keepers);
 	free(rot);
 	free(b.conns);
 	free(slots);
