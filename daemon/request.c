@@ -56,7 +56,9 @@ struct pd_request {
 	bool may_export;        /* ... and the peer may have it (peer.c) */
 	uint8_t sk_outcome;     /* 0 not asked, 1 exported, 2 refused (policy), 3 none (failed or SED) */
 
-	struct pd_msg *m;
+	struct pd_msg *m;       /* made by the first job (start_msg()) */
+	bool start_failed;      /* ... which could not: the loop answers (job_done) */
+	struct pd_budget *budget; /* max-memory's, for start_msg() (admission.c is the loop's) */
 	struct pd_keyset *ks;
 	struct pd_job job;
 
@@ -431,19 +433,22 @@ static void job_result(struct pd_request *r, struct frame_writer *fw, int err, s
 	r->m = pd_msg_free(r->m, w); /* handles go back to this worker's cache */
 }
 
-/* The first job makes the message, so that it is made, used and freed on
- * one worker thread: the memory of a message made on the loop and freed on
- * a worker goes back to the loop's malloc arena, whose lock the loop and the
- * workers then fight over at every message.  What the request alone decides
- * (a session key's length) was checked on the loop in activate(); the
- * password and the key are copied from the request, which keeps them until
- * this job is back (job_done drops them).  An error here is the memory's, as
- * it was when the loop made the message. */
+/* The first job makes the message, so that it is made and freed on worker
+ * threads (by the same one for a message of one job, the usual small
+ * message): the memory of a message made on the loop and freed on a worker
+ * goes back to the loop's malloc arena, whose lock the loop and the workers
+ * then fight over at every message.  (A message answered early, by a
+ * timeout, a limit or the session going, is still freed on the loop.)  What
+ * the request alone decides (a session key's length) was checked on the
+ * loop in activate(); the password and the key are copied from the
+ * request, which keeps them until this job is back (job_done drops them).
+ * An error here is the memory's, and the loop answers it as it did when it
+ * made the message (job_done). */
 static int start_msg(struct pd_request *r)
 {
 	int err = pd_msg_new(&r->m, &r->lim);
 	if (err == 0)
-		err = pd_msg_set_budget(r->m, pd_adm_memory());
+		err = pd_msg_set_budget(r->m, r->budget);
 	if (err == 0 && r->password)
 		err = pd_msg_set_password(r->m, r->password, r->password_len);
 	if (err == 0 && r->skey)
@@ -457,20 +462,6 @@ static int start_msg(struct pd_request *r)
 	return 0;
 }
 
-/* A RESULT for a message that could not be made (start_msg()): the same
- * answer the loop gave when it made the message itself. */
-static void job_start_failed(struct pd_request *r, struct frame_writer *fw)
-{
-	struct pd_result res = { .status = PD_ST_OVERLOADED, .bytes_in = 0 };
-	snprintf(res.errname, sizeof(res.errname), "%s", pd_status_name(PD_ST_OVERLOADED));
-	snprintf(res.sentence, sizeof(res.sentence), "%s", START_FAILED);
-	int n = pd_frame_encode_result(fw->o->data + fw->o->len, fw->o->cap - fw->o->len, r->id, &res, NULL);
-	if (n > 0)
-		fw->o->len += (size_t)n;
-	r->job_terminal = true;
-	r->job_status = res.status;
-}
-
 static void job_work(struct pd_job *j, struct pd_worker *w)
 {
 	struct pd_request *r = container_of(j, struct pd_request, job);
@@ -482,7 +473,7 @@ static void job_work(struct pd_job *j, struct pd_worker *w)
 	r->job_terminal = false;
 	fw.o = r->job_out; /* made by the loop (pd_request_kick()), freed there */
 	if (!r->m && start_msg(r) < 0) {
-		job_start_failed(r, &fw);
+		r->start_failed = true;
 		return;
 	}
 	for (;;) {
@@ -669,6 +660,11 @@ static void job_done(struct pd_job *j)
 	if (j->cancelled) {
 		pd_obuf_free(o);
 		pd_request_abort(r, PD_ST_SHUTTING_DOWN, "the daemon is stopping");
+		return;
+	}
+	if (r->start_failed) {
+		pd_obuf_free(o);
+		pd_request_abort(r, PD_ST_OVERLOADED, START_FAILED);
 		return;
 	}
 	pd_stats_bytes_out(r->job_plain);
@@ -928,6 +924,7 @@ static bool activate(struct pd_request *r)
 	}
 	r->mem = need;
 	r->mem_in = 2 * (uint64_t)r->in_cap;
+	r->budget = b;
 	int skerr = r->skey ? pd_session_key_check(r->skey_algo, r->skey_len) : 0;
 	if (skerr < 0) {
 		/* Said before any ciphertext is read: it depends on the request alone. */

@@ -339,3 +339,25 @@ def test_large_message_buffers_grow_within_request_buffer_max(world, tmp_path):
             assert d.stop() == 0, d.logtext()
         assert lo <= peak < hi, f"{name}: peak {peak} bytes of buffers, expected [{lo}, {hi})"
         assert after == 0, f"{name}: {after} bytes of max-memory not given back"
+
+
+def test_message_that_cannot_be_made_is_answered_by_the_loop(world, mkdaemon):
+    """The first job makes the message (request.c start_msg()).  When
+    max-memory has room for a request's buffers but not for the message's
+    own (2 x 64 KiB + 8 KiB), the answer is the one the loop gave when it
+    made the message itself: OVERLOADED, its sentence, and the octets
+    received (before the fix the job wrote the RESULT with bytes_in 0).  A
+    bad SESSION_KEY_IN is a fault of the request, said first whatever the
+    memory (BAD_REQUEST; it was OVERLOADED under such memory pressure)."""
+    d = mkdaemon("--max-memory", "16M", "--max-argon2-memory", "8M", "--request-buffer", "4170000")
+    c = d.client()
+    for data in (b"\x00" * 1000, b"\x01" * 126):
+        _, res, _ = c.decrypt(data)
+        assert res["name"] == "OVERLOADED", res
+        assert res["sentence"] == ("out of memory, or memory for messages in progress at its limit (max-memory); "
+                                   "retry later"), res
+        assert res["bytes_in"] == len(data), res
+    _, res, _ = c.decrypt(b"\x00" * 1000, opts=pdwire.tlv(pdwire.T_SESSION_KEY_IN, b"\x09" + b"k" * 16))
+    assert res["name"] == "BAD_REQUEST" and "key length wrong" in res["sentence"], res
+    s = stats(d)
+    assert s["pgpdecd_in_flight"] == 0 and s["pgpdecd_memory_bytes"] == 0, s
