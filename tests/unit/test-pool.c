@@ -132,7 +132,7 @@ static void test_one_at_a_time_each_wakes(void **state)
 /* A deep queue of short jobs: the loop is woken for batches.  Before
  * hold_completion each completion woke it (385 of 400 here).  A loaded
  * machine stretches the jobs and the batches' time, and the hold gives way
- * to time (a job of 1 ms is not held, nor anything for more than 1 ms):
+ * to time (a job of 3 ms is not held, nor anything for more than 3 ms):
  * so the bound is 50 and one per job that took 0.5 ms or more and per
  * millisecond of the run (25 ms on a quiet machine). */
 static void test_deep_queue_batches(void **state)
@@ -147,7 +147,7 @@ static void test_deep_queue_batches(void **state)
 	assert_true(wakes <= 400 / 8 + T.n_long + ms);
 }
 
-/* Long jobs (10 ms, longer than the hold's 1 ms) are not held, so the
+/* Long jobs (10 ms, longer than the hold's 3 ms) are not held, so the
  * timer is never armed: held, each first one would come out on it. */
 static void test_long_jobs_not_held(void **state)
 {
@@ -160,9 +160,9 @@ static void test_long_jobs_not_held(void **state)
 
 /* Held completions while both workers go on to long jobs (jobs 2 and 3
  * of 80 take 300 ms; jobs 0 and 1 finish first and are held, the queue
- * being deep): the timer hands them out after 1 ms.  Without it they
+ * being deep): the timer hands them out after 3 ms.  Without it they
  * waited for the next completion, the end of a long job, ~300 ms.  The
- * short jobs are held only if neither took 1 ms (a loaded machine may
+ * short jobs are held only if neither took 3 ms (a loaded machine may
  * stretch one): up to three tries for the timer to be seen at work, and
  * no result may wait long in any of them.  (With the long jobs at 10 and
  * 11 the ten short ones sometimes passed 1 ms and nothing was held when
