@@ -345,9 +345,19 @@ int main(int argc, char **argv)
 	 * ends and grows it again, page by fresh page, for the next (at
 	 * concurrency 200 with 4 KiB messages, 1 of 2 runs fell from about
 	 * 28,000 to 12,000 messages/s, with 0.4-1.4 brk calls and 2.5-4 page
-	 * faults per message).  So it never trims below max-memory. */
-	uint64_t trim = pd_d.cfg->max_memory + (64u << 20);
-	mallopt(M_TRIM_THRESHOLD, trim > INT_MAX ? INT_MAX : (int)trim);
+	 * faults per message).  So it trims only above max-memory + 64 MiB
+	 * (mallopt takes an int: at most INT_MAX, 2 GiB; a key reload's
+	 * malloc_trim hands everything free back regardless).  The budget is
+	 * made here too, so that it has the max-memory of the start, as
+	 * pgpdecd.conf(5) says, whatever a reload before the first request
+	 * reads. */
+	uint64_t mm = pd_d.cfg->max_memory;
+	mallopt(M_TRIM_THRESHOLD, mm >= (uint64_t)INT_MAX - (64u << 20) ? INT_MAX : (int)(mm + (64u << 20)));
+	if (!pd_adm_memory()) {
+		pd_log_err("SYS", "out of memory");
+		pd_config_free(pd_d.cfg);
+		return EX_OSERR;
+	}
 	size_t secmem = pd_d.cfg->secmem_size, key_files = 0;
 	uint64_t key_bytes = 0;
 	if (!secmem)

@@ -18,6 +18,7 @@ gives up, may hold of what others need.
 Run: PD_BUILD_DIR=build /usr/bin/python3 -m pytest -q tests/integration/test_admission.py
 """
 import os
+import signal
 import struct
 import sys
 import threading
@@ -361,3 +362,20 @@ def test_message_that_cannot_be_made_is_answered_by_the_loop(world, mkdaemon):
     assert res["name"] == "BAD_REQUEST" and "key length wrong" in res["sentence"], res
     s = stats(d)
     assert s["pgpdecd_in_flight"] == 0 and s["pgpdecd_memory_bytes"] == 0, s
+
+
+def test_max_memory_is_read_at_start_only(world, tmp_path):
+    """pgpdecd.conf(5): max-memory is read at start only.  The budget used
+    to be made by the first request or scrape, with the configuration of
+    that moment: a reload before it that changed max-memory changed the
+    budget too (and not the heap's trim threshold, set at start)."""
+    conf = tmp_path / "pgpdecd.conf"
+    conf.write_text("[limits]\nmax-memory = 64M\nmax-argon2-memory = 32M\n")
+    d = Daemon(world, tmp_path, "--config", str(conf))
+    try:
+        conf.write_text("[limits]\nmax-memory = 128M\nmax-argon2-memory = 32M\n")
+        d.proc.send_signal(signal.SIGHUP)
+        d.wait_log("reloaded:", 1)
+        assert stats(d)["pgpdecd_memory_limit_bytes"] == 64 << 20
+    finally:
+        assert d.stop() == 0
