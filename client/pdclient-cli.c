@@ -164,9 +164,9 @@ static void usage_text(FILE *f)
 "                           connections); N/K connections are opened\n"
 "      --threads T          client threads driving the connections (default 1)\n"
 "      --no-digest          compare only the length of each plaintext with the\n"
-"                           first of its file, not its content (longer ones are\n"
-"                           compared by SHA-256, ~0.6 ms of CPU per MB: for\n"
-"                           measuring the daemon on the client's cores)\n"
+"                           first of its file, not its content (without it,\n"
+"                           plaintexts above 256 KiB are hashed, ~0.6 ms of CPU\n"
+"                           per MB: for measuring the daemon on its cores)\n"
 "      --json               print the figures as one JSON object\n"
 "\n"
 "  -h, --help               show this help and exit\n"
@@ -1037,6 +1037,7 @@ static void bench_submit(struct slot *s)
 	if (r < 0) {
 		/* The connection is gone: this request fails and the slot stops (no
 		 * recursion through bench_done); live connections take the rest. */
+		keep_release(s);
 		atomic_fetch_add(&b->failed, 1);
 		int expect = 0;
 		atomic_compare_exchange_strong(&b->first_fail_code, &expect, EX_TEMPFAIL);

@@ -9,7 +9,7 @@
  * thread through an eventfd (a uv_poll), written only when the loop is not
  * already woken, and are drained in a loop until none is left.  While many
  * jobs are queued, a worker holds its completions back for a while instead
- * of waking the loop for each (hold_completion in pool.c: at most 1 ms, a
+ * of waking the loop for each (hold_completion in pool.c: at most 3 ms, a
  * timerfd the loop polls hands them out then; never when the queue is
  * short).  (Not
  * uv_async: its loop side spins while the sender is inside its write, which
