@@ -333,19 +333,8 @@ static void write_raw(struct pd_session *s, struct pd_obuf *o)
 		s->throttled = true;
 }
 
-/* TLS records from GnuTLS's push function: copied into a buffer of their own. */
-static void tls_push(void *user, const uint8_t *p, size_t len)
-{
-	struct pd_session *s = user;
-	struct pd_obuf *o = pd_obuf_new(len);
-	if (!o) {
-		pd_session_close(s);
-		return;
-	}
-	memcpy(o->data, p, len);
-	o->len = len;
-	write_raw(s, o);
-}
+/* TLS records, gathered by tls.c into one buffer per call. */
+static void tls_push(void *user, struct pd_obuf *o) { write_raw(user, o); }
 
 /* Frames to the peer: through TLS when the session has it. */
 static void write_obuf(struct pd_session *s, struct pd_obuf *o)

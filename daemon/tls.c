@@ -15,9 +15,11 @@
 #include "config.h"
 #include "log.h"
 #include "buf.h"
+#include "obuf.h"
 #include "tls.h"
 
 #define TIN_SIZE (64u << 10) /* a few records of ciphertext */
+#define OUT_MIN (16u << 10)  /* gathering buffer for handshake flights and alerts */
 
 struct pd_tls_creds {
 	atomic_uint n_ref;
@@ -35,6 +37,8 @@ struct pd_tls {
 	pd_tls_push_fn push;
 	void *user;
 	struct pd_buf in;         /* ciphertext read, not yet pulled (buf.h) */
+	struct pd_obuf *out;      /* records of the current call, gathered for one push */
+	size_t out_hint;          /* room the next gathering buffer starts with */
 	bool ready;
 	char detail[160];
 };
@@ -174,29 +178,41 @@ static ssize_t pull(gnutls_transport_ptr_t ptr, void *buf, size_t len)
 	return (ssize_t)n;
 }
 
-/* Records out: one buffer per flush for the session's writer (which never refuses). */
+/* Records out: GnuTLS pushes each record as it makes it (a 16 KiB record
+ * per push for a large frame).  They are gathered into one buffer and handed
+ * to the session's writer once, when the call that made them returns
+ * (flush_out): one write(2) for a whole output buffer rather than one per
+ * record, which on loopback TCP was most of the loop's TLS cost. */
+static void flush_out(struct pd_tls *t)
+{
+	struct pd_obuf *o = t->out;
+	t->out = NULL;
+	t->out_hint = OUT_MIN;
+	if (o && o->len)
+		t->push(t->user, o);
+	else
+		pd_obuf_free(o);
+}
+
 static ssize_t vec_push(gnutls_transport_ptr_t ptr, const giovec_t *iov, int iovcnt)
 {
 	struct pd_tls *t = ptr;
 	size_t total = 0;
 	for (int i = 0; i < iovcnt; i++)
 		total += iov[i].iov_len;
-	if (iovcnt == 1) {
-		t->push(t->user, iov[0].iov_base, total);
-		return (ssize_t)total;
+	if (t->out && t->out->cap - t->out->len < total)
+		flush_out(t); /* a hint that fell short: order is kept */
+	if (!t->out) {
+		t->out = pd_obuf_new(total > t->out_hint ? total : t->out_hint);
+		if (!t->out) {
+			gnutls_transport_set_errno(t->s, ENOMEM);
+			return -1;
+		}
 	}
-	uint8_t *p = malloc(total ? total : 1);
-	if (!p) {
-		gnutls_transport_set_errno(t->s, ENOMEM);
-		return -1;
-	}
-	size_t off = 0;
 	for (int i = 0; i < iovcnt; i++) {
-		memcpy(p + off, iov[i].iov_base, iov[i].iov_len);
-		off += iov[i].iov_len;
+		memcpy(t->out->data + t->out->len, iov[i].iov_base, iov[i].iov_len);
+		t->out->len += iov[i].iov_len;
 	}
-	t->push(t->user, p, total);
-	free(p);
 	return (ssize_t)total;
 }
 
@@ -218,6 +234,7 @@ int pd_tls_new(struct pd_tls **ret, struct pd_tls_creds *cr, pd_tls_push_fn push
 	t->cr = pd_tls_creds_ref(cr);
 	t->push = push;
 	t->user = user;
+	t->out_hint = OUT_MIN;
 	gnutls_priority_set(t->s, cr->prio);
 	gnutls_credentials_set(t->s, GNUTLS_CRD_CERTIFICATE, cr->x509);
 	if (cr->require_cert)
@@ -239,6 +256,7 @@ struct pd_tls *pd_tls_free(struct pd_tls *t)
 	gnutls_deinit(t->s);
 	pd_tls_creds_unref(t->cr);
 	pd_buf_free(&t->in);
+	pd_obuf_free(t->out);
 	free(t);
 	return NULL;
 }
@@ -350,7 +368,7 @@ bool pd_tls_peer_sha256(const struct pd_tls *t, uint8_t out[32])
 	return certs && n && gnutls_hash_fast(GNUTLS_DIG_SHA256, certs[0].data, certs[0].size, out) == 0;
 }
 
-ssize_t pd_tls_read(struct pd_tls *t, uint8_t *out, size_t cap)
+static ssize_t tls_read(struct pd_tls *t, uint8_t *out, size_t cap)
 {
 	int r;
 	if (!t->ready) {
@@ -388,33 +406,43 @@ ssize_t pd_tls_read(struct pd_tls *t, uint8_t *out, size_t cap)
 	return n;
 }
 
+ssize_t pd_tls_read(struct pd_tls *t, uint8_t *out, size_t cap)
+{
+	ssize_t n = tls_read(t, out, cap); /* may push a handshake flight or an alert */
+	flush_out(t);
+	return n;
+}
+
 bool pd_tls_ready(const struct pd_tls *t) { return t->ready; }
 
 int pd_tls_write(struct pd_tls *t, const uint8_t *p, size_t len)
 {
-	gnutls_record_cork(t->s);
+	/* Each gnutls_record_send makes one record of at most the record size;
+	 * the gathering buffer is sized for all of them. */
+	size_t rec = gnutls_record_get_max_size(t->s);
+	t->out_hint = len + (len / (rec ? rec : 1) + 1) * gnutls_record_overhead_size(t->s);
+	int r = 0;
 	while (len) {
 		ssize_t n = gnutls_record_send(t->s, p, len);
 		if (n < 0) {
 			if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
 				continue;
 			snprintf(t->detail, sizeof(t->detail), "TLS: %s", gnutls_strerror((int)n));
-			return -EPROTO;
+			r = -EPROTO;
+			break;
 		}
 		p += n;
 		len -= (size_t)n;
 	}
-	int r;
-	do
-		r = gnutls_record_uncork(t->s, GNUTLS_RECORD_WAIT);
-	while (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED);
-	return r < 0 ? -EPROTO : 0;
+	flush_out(t);
+	return r;
 }
 
 void pd_tls_bye(struct pd_tls *t)
 {
 	if (t->ready)
 		gnutls_bye(t->s, GNUTLS_SHUT_WR);
+	flush_out(t);
 }
 
 const char *pd_tls_detail(const struct pd_tls *t) { return t->detail; }

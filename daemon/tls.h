@@ -32,8 +32,11 @@ int pd_tls_creds_load(struct pd_tls_creds **ret, const struct pd_config *c, char
 struct pd_tls_creds *pd_tls_creds_ref(struct pd_tls_creds *cr);
 struct pd_tls_creds *pd_tls_creds_unref(struct pd_tls_creds *cr);
 
-/** Output callback: one buffer of records to write to the socket. */
-typedef void (*pd_tls_push_fn)(void *user, const uint8_t *p, size_t len);
+struct pd_obuf;
+
+/** Output callback: the records one call made (pd_tls_read, pd_tls_write,
+ * pd_tls_bye), in one buffer for the socket, which the callee now owns. */
+typedef void (*pd_tls_push_fn)(void *user, struct pd_obuf *o);
 
 /** Server-side TLS state for one connection. */
 int pd_tls_new(struct pd_tls **ret, struct pd_tls_creds *cr, pd_tls_push_fn push, void *user);
