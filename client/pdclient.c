@@ -29,6 +29,7 @@
 #include <gnutls/x509.h>
 
 #include "pd-config.h"
+#include "buf.h"
 #include "frame.h"
 #include "pdclient.h"
 #include "status.h"
@@ -73,6 +74,8 @@ struct pdc_conn {
 	uint8_t pin[32];
 	bool has_pin, has_ca, has_cert;
 	int tls_alert;              /* the fatal alert the server sent, or -1 */
+	struct pd_buf tin;          /* TLS: ciphertext read ahead of GnuTLS (buf.h) */
+	struct pd_buf tout;         /* TLS: records made, not yet sent */
 	char tls_detail[256];
 	struct pd_frame_decoder *dec;
 	struct pdc_server server;
@@ -172,25 +175,94 @@ static void copy_info(struct pdc_info *o, const struct pd_msginfo *m)
 /* ------------------------------------------------------------------ */
 /* transport */
 
+/* TLS transport.  GnuTLS reads a record's header and its body with two
+ * calls and writes each 16 KiB record with one: straight on the socket
+ * that was three system calls per record, most of what a large message
+ * cost us.  So the socket is read TLS_IN_SIZE at a time into tin, and the
+ * records go into tout and leave in one send (tout_send) when xsend has
+ * made them, or when the socket takes more (POLLOUT: pdc_events asks for
+ * it while tout holds some).  Before a wait for input, tin is empty: xrecv
+ * says -EAGAIN only then, and every reader reads until -EAGAIN. */
+#define TLS_IN_SIZE (64u << 10)
+#define TLS_OUT_SIZE (256u << 10)
+
+/* Send what tout holds: 0 (all sent, or the socket is full), or -errno. */
+static int tout_send(struct pdc_conn *c)
+{
+	while (pd_buf_len(&c->tout)) {
+		/* Our own send so that a vanished server gives EPIPE, not SIGPIPE. */
+		ssize_t n = send(c->fd, pd_buf_data(&c->tout), pd_buf_len(&c->tout), MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno == EWOULDBLOCK ? 0 : -errno;
+		}
+		pd_buf_consume(&c->tout, (size_t)n);
+	}
+	return 0;
+}
+
+/* tout sent whole before deadline (handshakes, which wait anyway). */
+static int tout_send_wait(struct pdc_conn *c, int64_t deadline);
+
 static ssize_t tls_push(gnutls_transport_ptr_t p, const void *buf, size_t len)
 {
-	/* Our own push so that a vanished server gives EPIPE, not SIGPIPE. */
-	return send((int)(intptr_t)p, buf, len, MSG_NOSIGNAL);
+	struct pdc_conn *c = p;
+	if (pd_buf_room(&c->tout) < len) {
+		int r = tout_send(c);
+		if (r < 0) {
+			errno = -r;
+			return -1;
+		}
+		if (pd_buf_room(&c->tout) < len) {
+			errno = EAGAIN; /* GnuTLS keeps the record and gives it again */
+			return -1;
+		}
+	}
+	pd_buf_put(&c->tout, buf, len);
+	return (ssize_t)len;
 }
 
 static ssize_t tls_pull(gnutls_transport_ptr_t p, void *buf, size_t len)
 {
-	return recv((int)(intptr_t)p, buf, len, 0);
+	struct pdc_conn *c = p;
+	if (!pd_buf_len(&c->tin)) {
+		size_t room = pd_buf_room(&c->tin); /* may compact: before pd_buf_tail() */
+		ssize_t n = recv(c->fd, pd_buf_tail(&c->tin), room, 0);
+		if (n <= 0)
+			return n; /* errno for GnuTLS, or EOF */
+		pd_buf_commit(&c->tin, (size_t)n);
+	}
+	size_t n = pd_buf_len(&c->tin) < len ? pd_buf_len(&c->tin) : len;
+	memcpy(buf, pd_buf_data(&c->tin), n);
+	pd_buf_consume(&c->tin, n);
+	return (ssize_t)n;
 }
 
-/* >0 bytes, -EAGAIN, or another negative error. */
+/* Input is buffered above the socket: poll() would not say so. */
+static bool tls_buffered(struct pdc_conn *c)
+{
+	return c->tls && (pd_buf_len(&c->tin) || gnutls_record_check_pending(c->tls) > 0);
+}
+
+/* >0 bytes, -EAGAIN, or another negative error.  Over TLS the bytes taken
+ * may still wait in tout (the socket full): pdc_events asks for POLLOUT. */
 static ssize_t xsend(struct pdc_conn *c, const uint8_t *p, size_t len)
 {
 	if (c->tls) {
-		ssize_t n = gnutls_record_send(c->tls, p, len);
-		if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
-			return -EAGAIN;
-		return n < 0 ? -EPIPE : n;
+		size_t done = 0;
+		ssize_t n = 0;
+		while (done < len) {
+			n = gnutls_record_send(c->tls, p + done, len - done);
+			if (n < 0)
+				break; /* E_AGAIN: the same bytes go again next time */
+			done += (size_t)n;
+		}
+		if (tout_send(c) < 0)
+			return -EPIPE;
+		if (done)
+			return (ssize_t)done; /* a TLS error shows at the next call */
+		return n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED ? -EAGAIN : -EPIPE;
 	}
 	for (;;) {
 		ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
@@ -206,7 +278,13 @@ static ssize_t xsend(struct pdc_conn *c, const uint8_t *p, size_t len)
 static ssize_t xrecv(struct pdc_conn *c, uint8_t *p, size_t len)
 {
 	if (c->tls) {
-		ssize_t n = gnutls_record_recv(c->tls, p, len);
+		ssize_t n;
+		/* GnuTLS also says E_AGAIN after a post-handshake message (a
+		 * session ticket) with more records read: -EAGAIN here means tin
+		 * is empty, so that the caller may wait on the socket. */
+		do
+			n = gnutls_record_recv(c->tls, p, len);
+		while ((n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) && pd_buf_len(&c->tin));
 		if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
 			return -EAGAIN;
 		if (n == GNUTLS_E_PREMATURE_TERMINATION)
@@ -252,6 +330,17 @@ static int wait_fd(int fd, short events, int64_t deadline)
 			continue; /* loop re-checks the deadline */
 		if (errno != EINTR)
 			return -errno;
+	}
+}
+
+static int tout_send_wait(struct pdc_conn *c, int64_t deadline)
+{
+	for (;;) {
+		int r = tout_send(c);
+		if (r < 0 || !pd_buf_len(&c->tout))
+			return r;
+		if ((r = wait_fd(c->fd, POLLOUT, deadline)) < 0)
+			return r;
 	}
 }
 
@@ -502,16 +591,23 @@ static int tls_start(struct pdc_conn *c, const struct pdc_config *cfg, int64_t d
 		return set_err(e, -EINVAL, 0, "TLS: %s", gnutls_strerror(r));
 	if (!is_ip_literal(name))
 		(void)gnutls_server_name_set(c->tls, GNUTLS_NAME_DNS, name, strlen(name));
-	gnutls_transport_set_ptr(c->tls, (gnutls_transport_ptr_t)(intptr_t)c->fd);
+	if (pd_buf_init(&c->tin, TLS_IN_SIZE) < 0 || pd_buf_init(&c->tout, TLS_OUT_SIZE) < 0)
+		return set_err(e, -ENOMEM, 0, "out of memory");
+	gnutls_transport_set_ptr(c->tls, c);
 	gnutls_transport_set_push_function(c->tls, tls_push);
 	gnutls_transport_set_pull_function(c->tls, tls_pull);
 	for (;;) {
 		r = gnutls_handshake(c->tls);
-		if (r == 0)
-			return 0;
-		if (r != GNUTLS_E_AGAIN && r != GNUTLS_E_INTERRUPTED)
+		/* Our flight, or the alert of a failure, leaves before we wait. */
+		int w = tout_send_wait(c, deadline);
+		if (r < 0 && r != GNUTLS_E_AGAIN && r != GNUTLS_E_INTERRUPTED)
 			break;
-		int w = wait_fd(c->fd, gnutls_record_get_direction(c->tls) ? POLLOUT : POLLIN, deadline);
+		if (!w && !r)
+			return 0;
+		if (!w && pd_buf_len(&c->tin))
+			continue; /* more read than that step took */
+		if (!w)
+			w = wait_fd(c->fd, gnutls_record_get_direction(c->tls) ? POLLOUT : POLLIN, deadline);
 		if (w < 0)
 			return set_err(e, w, w == -ETIMEDOUT ? PD_ST_TIMEOUT : 0, "TLS handshake with %s: %s", name,
 			               w == -ETIMEDOUT ? "timed out" : strerror(-w));
@@ -998,24 +1094,33 @@ static void fill_out(struct pdc_conn *c)
 	}
 }
 
+static int send_failed(struct pdc_conn *c, int err)
+{
+	/* The server may have said why before it closed: an ERROR frame
+	 * or an early RESULT waits in our receive buffer. */
+	(void)read_some(c);
+	if (c->dead)
+		return c->dead;
+	char s[128];
+	snprintf(s, sizeof(s), "connection to the server lost while sending: %s", strerror(-err));
+	return conn_fail(c, err, 0, s);
+}
+
 static int flush_out(struct pdc_conn *c)
 {
 	while (c->out_off < c->out_len) {
 		ssize_t n = xsend(c, c->out + c->out_off, c->out_len - c->out_off);
 		if (n == -EAGAIN)
 			return 0;
-		if (n < 0) {
-			/* The server may have said why before it closed: an ERROR frame
-			 * or an early RESULT waits in our receive buffer. */
-			(void)read_some(c);
-			if (c->dead)
-				return c->dead;
-			char s[128];
-			snprintf(s, sizeof(s), "connection to the server lost while sending: %s", strerror((int)-n));
-			return conn_fail(c, (int)n, 0, s);
-		}
+		if (n < 0)
+			return send_failed(c, (int)n);
 		c->out_off += (size_t)n;
 	}
+	/* Over TLS the last records may still wait for room in the socket
+	 * (pdc_events asks for POLLOUT while they do). */
+	int r = c->tls ? tout_send(c) : 0;
+	if (r < 0)
+		return send_failed(c, -EPIPE);
 	if (c->out_secret) {
 		explicit_bzero(c->out, c->out_len);
 		c->out_secret = false;
@@ -1234,7 +1339,8 @@ short pdc_events(struct pdc_conn *c)
 		return 0; /* nothing more here: pdc_recover() */
 	if (c->out_len == 0)
 		fill_out(c);
-	return (short)(POLLIN | (c->out_len > c->out_off ? POLLOUT : 0));
+	bool more = c->out_len > c->out_off || (c->tls && pd_buf_len(&c->tout));
+	return (short)(POLLIN | (more ? POLLOUT : 0));
 }
 
 int pdc_process(struct pdc_conn *c, short revents)
@@ -1248,7 +1354,7 @@ int pdc_process(struct pdc_conn *c, short revents)
 	}
 	if (c->out_len == 0)
 		fill_out(c);
-	if (c->out_len > c->out_off)
+	if (c->out_len > c->out_off || (c->tls && pd_buf_len(&c->tout)))
 		return flush_out(c);
 	return 0;
 }
@@ -1280,8 +1386,8 @@ int pdc_run(struct pdc_conn *c)
 			break;
 		short ev = pdc_events(c);
 		short rev = 0;
-		if (c->tls && gnutls_record_check_pending(c->tls) > 0) {
-			rev = POLLIN; /* decrypted data already buffered in GnuTLS */
+		if (tls_buffered(c)) {
+			rev = POLLIN; /* data already read, above the socket */
 		} else {
 			struct pollfd pfd[2] = { { .fd = c->fd, .events = ev }, { .fd = c->in_wait_fd, .events = POLLIN } };
 			nfds_t nfd = c->in_wait_fd >= 0 && !(ev & POLLOUT) ? 2 : 1;
@@ -1409,6 +1515,8 @@ static int handshake(struct pdc_conn *c, const struct pdc_config *cfg, int64_t d
 			break; /* the server may have said why in an ERROR: read it */
 		off += (size_t)k;
 	}
+	if (c->tls && tout_send_wait(c, deadline) == -ETIMEDOUT)
+		return set_err(e, -ETIMEDOUT, PD_ST_TIMEOUT, "handshake timed out");
 	for (;;) {
 		ssize_t k = xrecv(c, c->rbuf, RBUF_SIZE);
 		if (k == -EAGAIN) {
@@ -1490,11 +1598,15 @@ static int handshake(struct pdc_conn *c, const struct pdc_config *cfg, int64_t d
 static void transport_close(struct pdc_conn *c)
 {
 	if (c->tls) {
-		if (!c->dead)
+		if (!c->dead) {
 			(void)gnutls_bye(c->tls, GNUTLS_SHUT_WR); /* non-blocking: best effort */
+			(void)tout_send(c);
+		}
 		gnutls_deinit(c->tls);
 		c->tls = NULL;
 	}
+	pd_buf_free(&c->tin);
+	pd_buf_free(&c->tout);
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = -1;

@@ -28,10 +28,11 @@
 # The socket column is what a Unix socket pair alone carries in that round
 # (contrib/bench/sockpair.py: one process writing SIZE MiB, another reading
 # it), the kernel's share of the path.  Last, where the CPU went per message
-# over the Unix socket (the unix column): the daemon's loop thread, its
-# workers and the client; the three share the
-# machine's cores, so on a 2-core machine their sum over 2 is the shortest
-# a message can take, whatever the daemon does with its own share.
+# over the Unix socket (the unix column) and over TLS: the daemon's loop
+# thread, its workers and the client; the three share the machine's
+# cores, so their sum over the cores is the shortest a message can take,
+# whatever the daemon does with its own share: the ratio to the engine it
+# allows is printed beside it.
 #
 # The CPU columns divide plaintext by CPU time instead of wall time: the
 # engine's (pd-decrypt's own CPU time) and the whole daemon's (all its
@@ -195,6 +196,7 @@ log "engine warm-up: $ENG0 MB/s; $REQ requests per daemon round"
 # ---- interleaved rounds ---------------------------------------------------
 : >"$WORK/rounds"
 : >"$WORK/split"
+: >"$WORK/split-tls"
 r=1
 while [ $r -le "$ROUNDS" ]; do
 	"$PD" --key "$WORK/key.pgp" --bench --bench-seconds "$SECS" "$WORK/msg.pgp" >"$WORK/eng.out"
@@ -209,6 +211,8 @@ while [ $r -le "$ROUNDS" ]; do
 	echo "$t0 $t1 $(cat "$WORK/client.cpu") $REQ" >>"$WORK/split"
 	jt=$(bench TLS 1 "$REQ" --no-digest)
 	c2=$(daemon_cpu)
+	t2=$(thread_cpu)
+	echo "$t1 $t2 $(cat "$WORK/client.cpu") $REQ" >>"$WORK/split-tls"
 	js=$(bench UNIX 1 "$REQ")
 	for j in "$ju" "$jt" "$js"; do
 		[ "$(field "$j" failed)" = 0 ] && [ "$(field "$j" mismatched)" = 0 ] ||
@@ -228,7 +232,7 @@ c1=$(daemon_cpu)
 	{ echo "bulk.sh: a parallel request failed: $jp" >&2; exit 1; }
 ENG1=$("$PD" --key "$WORK/key.pgp" --bench --bench-seconds "$SECS" "$WORK/msg.pgp" | awk '/^bench: [0-9.]+ MB\/s plaintext/{print $2}')
 
-$PY - "$WORK/rounds" "$SIZE" "$WORKERS" "$PARALLEL" "$NP" "$ENG1" "$jp" "$c0" "$c1" "$WORK/split" <<'EOF'
+$PY - "$WORK/rounds" "$SIZE" "$WORKERS" "$PARALLEL" "$NP" "$ENG1" "$jp" "$c0" "$c1" "$WORK/split" "$WORK/split-tls" "$(nproc)" <<'EOF'
 import json, statistics, sys
 rounds = [l.split() for l in open(sys.argv[1]) if l.strip()]
 size, workers, par, n_par, eng1 = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], float(sys.argv[6])
@@ -255,13 +259,19 @@ print(f"median ratio: unix/engine {statistics.median(ru):.2f}, tls/engine {stati
       f"unix with the client's SHA-256/engine {statistics.median(rh):.2f} (wall time); "
       f"per CPU second: unix/engine {statistics.median(cu):.2f}, tls/engine {statistics.median(ct):.2f}; "
       f"a lone socket pair carried {statistics.median(rs):.2f} x the engine's rate")
-split = [[float(x) for x in l.split()] for l in open(sys.argv[10]) if l.strip()]
-lp = statistics.median((b - a) / n * 1000 for a, _, b, _, _, n in split)
-wk = statistics.median((b - a) / n * 1000 for _, a, _, b, _, n in split)
-cl = statistics.median(c / n * 1000 for *_, c, n in split)
-print(f"CPU per message over unix (medians, ms): daemon loop {lp:.1f}, workers {wk:.1f}, client {cl:.1f}; "
-      f"sum {lp + wk + cl:.1f}, over {workers} cores {(lp + wk + cl) / workers:.1f} "
-      f"(the engine alone: {float(size) * 1.048576 / statistics.median(float(r[4]) for r in rounds) * 1000:.1f})")
+ncpu = int(sys.argv[12])
+eng_ms = float(size) * 1.048576 / statistics.median(float(r[4]) for r in rounds) * 1000
+for via, path in (("unix", sys.argv[10]), ("TLS", sys.argv[11])):
+    split = [[float(x) for x in l.split()] for l in open(path) if l.strip()]
+    lp = statistics.median((b - a) / n * 1000 for a, _, b, _, _, n in split)
+    wk = statistics.median((b - a) / n * 1000 for _, a, _, b, _, n in split)
+    cl = statistics.median(c / n * 1000 for *_, c, n in split)
+    # the three share the machine's cores: their sum over the cores is the
+    # shortest a message can take here, whatever the daemon does
+    floor = (lp + wk + cl) / ncpu
+    print(f"CPU per message over {via} (medians, ms): daemon loop {lp:.1f}, workers {wk:.1f}, client {cl:.1f}; "
+          f"sum {lp + wk + cl:.1f}, over {ncpu} cores {floor:.1f}: at most {eng_ms / floor:.2f} x the engine "
+          f"on this machine (the engine alone: {eng_ms:.1f})")
 wall = jp["elapsed_s"]
 cores = (c1 - c0) / wall if wall > 0 else 0
 mb = jp["mb_per_s_out"]

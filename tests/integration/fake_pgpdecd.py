@@ -47,7 +47,7 @@ def result(fid, status, integrity, bin_, bout, sentence=""):
 
 class FakeServer:
     def __init__(self, path=None, tcp=False, tls=None, max_frame=65536, max_inflight=16,
-                 refuse=None, strict_inflight=False, server_frame_size=None):
+                 refuse=None, strict_inflight=False, server_frame_size=None, read_delay=0, rcvbuf=0):
         self.path = path
         self.max_frame = max_frame
         self.max_inflight = max_inflight
@@ -55,6 +55,7 @@ class FakeServer:
         self.strict_inflight = strict_inflight
         self.server_frame_size = server_frame_size or max_frame
         self.tls = tls                      # ssl.SSLContext or None
+        self.read_delay = read_delay        # seconds it sleeps after each read (a slow reader)
         self.connections = 0
         self.requests = []                  # (type, flags, password) per request begun
         self.violations = []
@@ -62,6 +63,8 @@ class FakeServer:
         if tcp:
             self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if rcvbuf:  # before listen: accepted sockets inherit it, with no autotuning
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
             self.sock.bind(("127.0.0.1", 0))
             self.port = self.sock.getsockname()[1]
         else:
@@ -110,6 +113,8 @@ class FakeServer:
             chunk = s.recv(max(65536, n - len(buf[0])))
             if not chunk:
                 raise EOFError
+            if self.read_delay:
+                time.sleep(self.read_delay)
             buf[0] += chunk
         out, buf[0] = buf[0][:n], buf[0][n:]
         return out

@@ -494,6 +494,26 @@ def test_tls_ok(pki, tls_server):
     assert r.returncode == 0, r.stderr
 
 
+def test_tls_slow_reader(pki):
+    """A server that reads slowly through a small receive buffer: the
+    client's TLS records (gathered for one send) wait for the socket
+    (POLLOUT), and everything arrives, byte-exact, with the reply."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(pki["dir"] / "server.pem"), str(pki["dir"] / "server.key"))
+    ctx.load_verify_locations(str(pki["dir"] / "ca.pem"))
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    srv = FakeServer(tcp=True, tls=ctx, read_delay=0.002, rcvbuf=65536)  # a record per 2 ms
+    try:
+        msg = os.urandom(12 << 20)  # more than the socket buffers hold
+        # --verified-only: the fake answers nothing before END, so no reply
+        # wakes the client to send what it holds.
+        r = run(tls_args(pki, srv) + ["--verified-only"], input=msg, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == msg
+    finally:
+        srv.close()
+
+
 def test_tls_pin(pki, tls_server):
     pin = pki["pin"]
     colons = ":".join(pin[i:i + 2] for i in range(0, 64, 2)).upper()
