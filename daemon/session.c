@@ -693,6 +693,8 @@ static bool tls_pump(struct pd_session *s)
 			break;
 		}
 		ssize_t n = pd_tls_read(s->tls, pd_buf_tail(&s->rb), pd_buf_tail_room(&s->rb));
+		if (is_closing(s))
+			return false; /* what it wrote (a handshake flight) failed, and closed us */
 		if (n > 0) {
 			pd_buf_commit(&s->rb, (size_t)n);
 			continue;

@@ -194,6 +194,61 @@ def test_tls12(world, pki, tmp_path):
         assert d.stop() == 0
 
 
+def test_tls12_write_fails_as_the_handshake_ends(world, pki, tmp_path):
+    """TLS 1.2: the daemon writes its last flight (CCS, Finished) when the
+    client's last flight ends the handshake.  If that write fails (the
+    client sent its flight and a reset while the daemon was not running),
+    the session closes: the daemon used to go on to the HELLO state of a
+    closing session and abort."""
+    port = free_port()
+    d = Daemon(world, tmp_path, "--listen", f"tcp:127.0.0.1:{port}", "--tls-cert", str(pki["srv"][1]),
+               "--tls-key", str(pki["srv"][0]), "--tls-ca", str(pki["ca"][1]), "--tls-min-version", "1.2",
+               "--log-level", "debug")
+    try:
+        wait_port(port)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_verify_locations(str(pki["ca"][1]))
+        ctx.load_cert_chain(str(pki["good"][1]), str(pki["good"][0]))
+        inb, outb = ssl.MemoryBIO(), ssl.MemoryBIO()
+        o = ctx.wrap_bio(inb, outb, server_hostname="localhost")
+        s = socket.create_connection(("127.0.0.1", port), timeout=20)
+
+        def has_ccs(b):
+            i = 0
+            while i + 5 <= len(b):
+                if b[i] == 20:  # ChangeCipherSpec: our last flight
+                    return True
+                i += 5 + int.from_bytes(b[i + 3:i + 5], "big")
+            return False
+        while True:
+            try:
+                o.do_handshake()
+                raise AssertionError("the handshake ended without our last flight")
+            except ssl.SSLWantReadError:
+                out = outb.read()
+                if has_ccs(out):
+                    break
+                if out:
+                    s.sendall(out)
+                inb.write(s.recv(65536))
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            s.sendall(out)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()  # a reset behind the flight
+            time.sleep(0.2)
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        d.wait_log("write failed")
+        time.sleep(0.2)
+        assert d.proc.poll() is None, d.logtext()[-2000:]
+        assert "is not allowed" not in d.logtext()
+        assert tls_client(port, pki, pki["good"]).ping(b"on") == b"on"
+    finally:
+        assert d.stop() == 0
+
+
 def test_tls_credentials_reload(world, pki, tmp_path):
     """SIGHUP reloads the server certificate and the client CA: new
     connections get the new ones, an established connection keeps working,
