@@ -208,13 +208,15 @@ static int tout_send_wait(struct pdc_conn *c, int64_t deadline);
 static ssize_t tls_push(gnutls_transport_ptr_t p, const void *buf, size_t len)
 {
 	struct pdc_conn *c = p;
-	if (pd_buf_room(&c->tout) < len) {
-		int r = tout_send(c);
+	if (pd_buf_tail_room(&c->tout) < len) {
+		int r = tout_send(c); /* empties it if the socket takes it all */
 		if (r < 0) {
 			errno = -r;
 			return -1;
 		}
-		if (pd_buf_room(&c->tout) < len) {
+		if (pd_buf_tail_room(&c->tout) < len)
+			pd_buf_compact(&c->tout); /* at most once per buffer's worth */
+		if (pd_buf_tail_room(&c->tout) < len) {
 			errno = EAGAIN; /* GnuTLS keeps the record and gives it again */
 			return -1;
 		}

@@ -373,8 +373,11 @@ static void finish_fail(struct pd_session *s)
 	if (s->state != SS_FAILING)
 		return; /* already half-closed, or closed */
 	set_state(s, SS_SHUT);
-	if (s->tls)
+	if (s->tls) {
 		pd_tls_bye(s->tls); /* close_notify goes out before the FIN */
+		if (is_closing(s))
+			return; /* its write failed */
+	}
 	s->shutdown_req.data = s;
 	if (s->eof || uv_shutdown(&s->shutdown_req, &s->io.s, on_shutdown) < 0)
 		pd_session_close(s);

@@ -189,7 +189,7 @@ static void flush_out(struct pd_tls *t)
 	t->out = NULL;
 	t->out_hint = OUT_MIN;
 	if (o && o->len)
-		t->push(t->user, o);
+		t->push(t->user, pd_obuf_fit(o)); /* a flight in a 16 KiB buffer queues in its size */
 	else
 		pd_obuf_free(o);
 }
@@ -200,8 +200,22 @@ static ssize_t vec_push(gnutls_transport_ptr_t ptr, const giovec_t *iov, int iov
 	size_t total = 0;
 	for (int i = 0; i < iovcnt; i++)
 		total += iov[i].iov_len;
-	if (t->out && t->out->cap - t->out->len < total)
-		flush_out(t); /* a hint that fell short: order is kept */
+	if (t->out && t->out->cap - t->out->len < total) {
+		/* The hint fell short (the peer asked for smaller records than
+		 * the size we guessed): grow, so that the call's records still
+		 * leave in one buffer.  What one call makes is bounded by its
+		 * plaintext and the per-record overhead. */
+		size_t want = t->out->len + total, cap = 2 * t->out->cap;
+		struct pd_obuf *n = pd_obuf_new(cap > want ? cap : want);
+		if (n) {
+			memcpy(n->data, t->out->data, t->out->len);
+			n->len = t->out->len;
+			pd_obuf_free(t->out);
+			t->out = n;
+		} else {
+			flush_out(t); /* no memory for more: what there is goes first, in order */
+		}
+	}
 	if (!t->out) {
 		t->out = pd_obuf_new(total > t->out_hint ? total : t->out_hint);
 		if (!t->out) {

@@ -249,6 +249,62 @@ def test_tls12_write_fails_as_the_handshake_ends(world, pki, tmp_path):
         assert d.stop() == 0
 
 
+class CliPipe:
+    """gnutls-cli as a socket for pdwire.Client: its stdin and stdout."""
+
+    def __init__(self, proc):
+        self.p = proc
+        self.timeout = 20
+
+    def settimeout(self, t):
+        self.timeout = t
+
+    def sendall(self, b):
+        self.p.stdin.write(b)
+        self.p.stdin.flush()
+
+    def recv(self, n):
+        import select
+        if not select.select([self.p.stdout], [], [], self.timeout)[0]:
+            raise socket.timeout("gnutls-cli said nothing")
+        return os.read(self.p.stdout.fileno(), n)
+
+    def close(self):
+        self.p.kill()
+        self.p.wait(timeout=10)
+
+
+@pytest.mark.skipif(not shutil.which("gnutls-cli"), reason="needs gnutls-cli (gnutls-bin)")
+def test_small_records_asked_by_the_client(world, pki, tmp_path):
+    """A client that asks for records of 512 octets (record_size_limit,
+    gnutls-cli --recordsize): the records the daemon makes of one output
+    buffer (the STATS text, ~4 KiB) outgrow the buffer sized for full
+    records, which grows; the text arrives whole and in order, and the
+    connection goes on.  (Only small frames are sent: gnutls-cli may hold
+    back binary input that does not end a line.)"""
+    port = free_port()
+    d = Daemon(world, tmp_path, "--listen", f"tcp:127.0.0.1:{port}", "--tls-cert", str(pki["srv"][1]),
+               "--tls-key", str(pki["srv"][0]), "--tls-ca", str(pki["ca"][1]))
+    try:
+        wait_port(port)
+        proc = subprocess.Popen(["gnutls-cli", "--recordsize=512", "--port", str(port),
+                                 "--x509cafile", str(pki["ca"][1]), "--x509certfile", str(pki["good"][1]),
+                                 "--x509keyfile", str(pki["good"][0]), "--logfile", "/dev/null", "localhost"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        c = Client(sock=CliPipe(proc), timeout=20)
+        try:
+            for _ in range(3):
+                text = c.stats()
+                assert len(text) > 2048, len(text)  # more than 4 records of 512
+                m = pdwire.parse_prometheus(text)
+                assert m["pgpdecd_connections"] >= 1, text
+                assert c.ping(b"small") == b"small"
+        finally:
+            c.close()
+    finally:
+        assert d.stop() == 0
+
+
 def test_tls_credentials_reload(world, pki, tmp_path):
     """SIGHUP reloads the server certificate and the client CA: new
     connections get the new ones, an established connection keeps working,
