@@ -22,8 +22,9 @@
 # of that round, then the median of the ratios.  Every path's plaintext is
 # checked byte for byte once before the rounds.  Last, PARALLEL
 # messages at once (--concurrency PARALLEL over the Unix socket): MB/s and
-# the CPU time the daemon used per second of wall time (its cores busy),
-# against the engine's one-thread rate times the workers.
+# the CPU time the daemon and the client used per second of wall time
+# (their cores busy, and together: whether the machine was), against the
+# engine's one-thread rate times the workers.
 #
 # The socket column is what a Unix socket pair alone carries in that round
 # (contrib/bench/sockpair.py: one process writing SIZE MiB, another reading
@@ -228,11 +229,12 @@ NP=$((PARALLEL * 4))
 c0=$(daemon_cpu)
 jp=$(bench UNIX "$PARALLEL" "$NP" --no-digest)
 c1=$(daemon_cpu)
+cp=$(cat "$WORK/client.cpu")
 [ "$(field "$jp" failed)" = 0 ] && [ "$(field "$jp" mismatched)" = 0 ] ||
 	{ echo "bulk.sh: a parallel request failed: $jp" >&2; exit 1; }
 ENG1=$("$PD" --key "$WORK/key.pgp" --bench --bench-seconds "$SECS" "$WORK/msg.pgp" | awk '/^bench: [0-9.]+ MB\/s plaintext/{print $2}')
 
-$PY - "$WORK/rounds" "$SIZE" "$WORKERS" "$PARALLEL" "$NP" "$ENG1" "$jp" "$c0" "$c1" "$WORK/split" "$WORK/split-tls" "$(nproc)" <<'EOF'
+$PY - "$WORK/rounds" "$SIZE" "$WORKERS" "$PARALLEL" "$NP" "$ENG1" "$jp" "$c0" "$c1" "$WORK/split" "$WORK/split-tls" "$(nproc)" "$cp" <<'EOF'
 import json, statistics, sys
 rounds = [l.split() for l in open(sys.argv[1]) if l.strip()]
 size, workers, par, n_par, eng1 = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], float(sys.argv[6])
@@ -275,7 +277,9 @@ for via, path in (("unix", sys.argv[10]), ("TLS", sys.argv[11])):
 wall = jp["elapsed_s"]
 cores = (c1 - c0) / wall if wall > 0 else 0
 mb = jp["mb_per_s_out"]
+ccores = float(sys.argv[13]) / wall if wall > 0 else 0
 print(f"{par} messages at once ({n_par} in all, unix): {mb:.1f} MB/s, daemon busy {cores:.2f} cores "
-      f"of {workers} workers; engine one thread {eng1:.1f} MB/s x {workers} = {eng1 * workers:.1f} MB/s "
+      f"of {workers} workers, the client {ccores:.2f}: {cores + ccores:.2f} of the machine's {ncpu} cores; "
+      f"engine one thread {eng1:.1f} MB/s x {workers} = {eng1 * workers:.1f} MB/s "
       f"(ratio {mb / (eng1 * workers):.2f})")
 EOF
