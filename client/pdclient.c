@@ -186,17 +186,27 @@ static void copy_info(struct pdc_info *o, const struct pd_msginfo *m)
 #define TLS_IN_SIZE (64u << 10)
 #define TLS_OUT_SIZE (256u << 10)
 
+/* One send(2): >= 0 bytes, -EAGAIN, or -errno.  MSG_NOSIGNAL: a vanished
+ * server gives EPIPE, not SIGPIPE. */
+static ssize_t sock_send(int fd, const uint8_t *p, size_t len)
+{
+	for (;;) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+		if (n >= 0)
+			return n;
+		if (errno == EINTR)
+			continue;
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	}
+}
+
 /* Send what tout holds: 0 (all sent, or the socket is full), or -errno. */
 static int tout_send(struct pdc_conn *c)
 {
 	while (pd_buf_len(&c->tout)) {
-		/* Our own send so that a vanished server gives EPIPE, not SIGPIPE. */
-		ssize_t n = send(c->fd, pd_buf_data(&c->tout), pd_buf_len(&c->tout), MSG_NOSIGNAL);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return errno == EWOULDBLOCK ? 0 : -errno;
-		}
+		ssize_t n = sock_send(c->fd, pd_buf_data(&c->tout), pd_buf_len(&c->tout));
+		if (n < 0)
+			return n == -EAGAIN ? 0 : (int)n;
 		pd_buf_consume(&c->tout, (size_t)n);
 	}
 	return 0;
@@ -228,9 +238,8 @@ static ssize_t tls_push(gnutls_transport_ptr_t p, const void *buf, size_t len)
 static ssize_t tls_pull(gnutls_transport_ptr_t p, void *buf, size_t len)
 {
 	struct pdc_conn *c = p;
-	if (!pd_buf_len(&c->tin)) {
-		size_t room = pd_buf_room(&c->tin); /* may compact: before pd_buf_tail() */
-		ssize_t n = recv(c->fd, pd_buf_tail(&c->tin), room, 0);
+	if (!pd_buf_len(&c->tin)) { /* refilled only when empty: all of it is room */
+		ssize_t n = recv(c->fd, pd_buf_tail(&c->tin), pd_buf_tail_room(&c->tin), 0);
 		if (n <= 0)
 			return n; /* errno for GnuTLS, or EOF */
 		pd_buf_commit(&c->tin, (size_t)n);
@@ -266,14 +275,7 @@ static ssize_t xsend(struct pdc_conn *c, const uint8_t *p, size_t len)
 			return (ssize_t)done; /* a TLS error shows at the next call */
 		return n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED ? -EAGAIN : -EPIPE;
 	}
-	for (;;) {
-		ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
-		if (n >= 0)
-			return n;
-		if (errno == EINTR)
-			continue;
-		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-	}
+	return sock_send(c->fd, p, len);
 }
 
 /* >0 bytes, 0 at EOF, -EAGAIN, or another negative error. */

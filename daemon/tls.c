@@ -431,8 +431,10 @@ bool pd_tls_ready(const struct pd_tls *t) { return t->ready; }
 
 int pd_tls_write(struct pd_tls *t, const uint8_t *p, size_t len)
 {
-	/* Each gnutls_record_send makes one record of at most the record size;
-	 * the gathering buffer is sized for all of them. */
+	/* Each gnutls_record_send makes one record; the gathering buffer is
+	 * sized for full ones.  gnutls_record_get_max_size is the receive
+	 * limit, so a peer's smaller send limit (record_size_limit) makes
+	 * vec_push grow the buffer: this is a guess, not a bound. */
 	size_t rec = gnutls_record_get_max_size(t->s);
 	t->out_hint = len + (len / (rec ? rec : 1) + 1) * gnutls_record_overhead_size(t->s);
 	int r = 0;
