@@ -32,7 +32,6 @@
 #include "pgp/unwrap.h"
 
 #define MAX_MODULUS_OCTETS 2048u /* 16384-bit RSA/ElGamal: the cap of DECRYPTION-NOTES §12.7 */
-#define IR_ALGO_V3 9             /* AES-256: rejection key of v3 PKESKs (no algorithm known) */
 #define MAX_WRAPPED 254u         /* RFC 9580 §11.5: size octet 255 is reserved */
 
 static const uint8_t anonymous_sender[20] = "Anonymous Sender    ";
@@ -638,7 +637,7 @@ int pd_unwrap(struct pd_worker *w, const struct pd_key *k, const struct pd_pkesk
 	s = pd_worker_take_secure(w, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	s->fb.algo = sym_algo ? sym_algo : IR_ALGO_V3;
+	s->fb.algo = sym_algo ? sym_algo : PD_IR_ALGO_V3;
 	s->fb.len = (uint8_t)pd_sym_keylen(s->fb.algo);
 
 	switch (p->pk_algo) {

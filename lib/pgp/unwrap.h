@@ -32,6 +32,10 @@ struct pd_sesskey {          /* kept in secure memory by its owner */
 	uint8_t key[32];
 };
 
+/* The cipher of a rejection key when no algorithm is known (v3 PKESKs):
+ * AES-256. */
+#define PD_IR_ALGO_V3 9
+
 /** Parse a PKESK packet body (v3 or v6).  PD_EUNSUPPORTED for other
  * versions, PD_EMALFORMED for a short body. */
 PD_HIDDEN int pd_pkesk_parse(const uint8_t *body, size_t len, struct pd_pkesk *ret);

@@ -280,18 +280,25 @@ def test_outer_absurd_lengths(pd, ct, keys, tools, matrix):
         "pkesk": pgp.new_header(1, 0xFFFFFFFF) + data[pk.offset + pk.hdr_len:pk.end] + bytes(64),
         # a real PKESK, then a SEIPD claiming 4 GiB over a short body
         "seipd": data[:pk.end] + pgp.new_header(18, 0xFFFFFFFF) + data[se.offset + se.hdr_len:],
-        # an MPI claiming 65535 bits inside a short PKESK
-        "mpi": pgp.pkt(1, b"\x03" + bytes(8) + b"\x01" + b"\xff\xff" + bytes(20)) + data[se.offset:],
+        # an MPI claiming 65535 bits inside a short PKESK for our RSA key
+        "mpi": pgp.pkt(1, b"\x03" + bytes.fromhex(keys["gpg-rsa2048"].enc_keyids[0]) + b"\x01" + b"\xff\xff"
+                       + bytes(20)) + data[se.offset:],
         # partial lengths are not allowed on a PKESK
         "partial-pkesk": bytes([0xC1, 0xE1]) + bytes(2) + data[pk.offset + pk.hdr_len:pk.end]
                          + data[se.offset:],
     }
+    # the same in an anonymous PKESK: it fits none of our keys, so it ends
+    # like every anonymous message for someone else (test_interop.py)
+    cases["mpi-anonymous"] = pgp.pkt(1, b"\x03" + bytes(8) + b"\x01" + b"\xff\xff" + bytes(20)) + data[se.offset:]
     for name, m in cases.items():
         f = tools.tmp(f".{name}")
         f.write_bytes(m)
         r = pd(f, [k, keys["gpg-rsa2048"]])
         assert r.elapsed < 30, (name, r.elapsed)
-        expect_err(r, "EMALFORMED", "ETRUNCATED", "ELIMIT")
+        if name == "mpi-anonymous":
+            expect_err(r, "EINTEGRITY")
+        else:
+            expect_err(r, "EMALFORMED", "ETRUNCATED", "ELIMIT")
 
 
 def test_many_wildcard_pkesks(pd, ct, keys, tools, matrix):
