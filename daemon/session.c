@@ -93,7 +93,7 @@ struct pd_session {
 
 	uint32_t max_frame;
 	unsigned max_inflight;
-	size_t wbytes;            /* handed to uv_write, not yet completed */
+	size_t wbytes;            /* held by uv_writes not yet completed (whole buffers) */
 	uint64_t last_activity, last_write, fail_time;
 };
 
@@ -105,8 +105,8 @@ static struct {
 	struct pd_session *all; /* every accepted session, through prev/next */
 	unsigned n_served;      /* sessions with started set: max-connections */
 	uint64_t accepted;      /* sessions ever started (connections_total) */
-	/* Back-pressure (iii): unsent output of all sessions (the sum of their
-	 * wbytes), and whether it reached max-write-buffer. */
+	/* Back-pressure (iii): output held for writing by all sessions (the
+	 * sum of their wbytes), and whether it reached max-write-buffer. */
 	uint64_t unsent;
 	bool write_paused;
 } g;
@@ -318,7 +318,11 @@ static void write_raw(struct pd_session *s, struct pd_obuf *o)
 	}
 	uv_buf_t b = uv_buf_init((char *)o->data + off, (unsigned)(o->len - off));
 	o->owner = s;
-	o->cap = o->len - off; /* remembered for on_write */
+	/* What is held is counted, the whole buffer until on_write frees it,
+	 * not only the part still unsent: else a partial write of a large
+	 * buffer (a job's output) would hold megabytes per connection outside
+	 * max-write-buffer.  Remembered for on_write. */
+	o->cap = o->len;
 	o->wr.data = o;
 	if (!s->wbytes)
 		s->last_write = uv_now(pd_d.loop);
@@ -328,7 +332,7 @@ static void write_raw(struct pd_session *s, struct pd_obuf *o)
 		pd_session_close(s);
 		return;
 	}
-	unsent_add(s, o->len - off);
+	unsent_add(s, o->len);
 	if (s->wbytes >= pd_d.cfg->write_high_watermark)
 		s->throttled = true;
 }

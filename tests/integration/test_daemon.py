@@ -706,6 +706,54 @@ def test_global_write_budget(world, tmp_path):
             assert d.stop() == 0
 
 
+def test_partly_written_buffer_counts_in_full(world, tmp_path):
+    """The write budget counts the memory output holds.  A client that reads
+    nothing: the socket takes part of one large buffer (a job's output, up
+    to request-buffer-max) and the rest waits in the daemon with the whole
+    buffer.  pgpdecd_unsent_bytes used to count only the part not yet
+    written, so each such connection held up to a buffer outside
+    max-write-buffer; now it counts that buffer in full: more than what has
+    not reached the client (by at most one buffer per connection)."""
+    import fcntl
+    import termios
+    plain = os.urandom(3 << 20)  # incompressible: the output comes in large job buffers
+    msg = world["gpg"].encrypt(plain, "alice@example.org")
+    d = Daemon(world, tmp_path, "--write-high-watermark", "64M", "--max-write-buffer", "64M")
+    try:
+        c = d.client(timeout=60)
+        probe = d.client(timeout=30)
+        rid = c.send_decrypt(msg)
+        last, st = -1, None
+        for _ in range(100):  # until all of the output is made: nothing is throttled
+            time.sleep(0.2)
+            st = pdwire.parse_prometheus(probe.stats())
+            if st["pgpdecd_unsent_bytes"] == last and last > 0:
+                break
+            last = st["pgpdecd_unsent_bytes"]
+        counted = int(st["pgpdecd_unsent_bytes"])
+        assert c.buf == b""
+        in_socket = struct.unpack("i", fcntl.ioctl(c.s.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+        total, h = 0, hashlib.sha256()
+        while True:
+            ftype, fid, p = c.recv_frame()
+            total += 9 + len(p)
+            if ftype == pdwire.RESULT:
+                assert pdwire.parse_result(p)["name"] == "OK"
+                break
+            assert ftype == pdwire.DATA and fid == rid
+            h.update(p)
+        assert h.digest() == hashlib.sha256(plain).digest()
+        not_delivered = total - in_socket  # still in the daemon when counted
+        print(f"counted {counted}, in the client's socket {in_socket}, not delivered {not_delivered}")
+        assert not_delivered > 0, "the socket took everything: nothing to measure"
+        assert not_delivered < counted <= not_delivered + (512 << 10) + (16 << 10), \
+            (counted, not_delivered)
+        st = pdwire.parse_prometheus(probe.stats())
+        assert st["pgpdecd_unsent_bytes"] == 0, st
+    finally:
+        assert d.stop() == 0
+
+
 def vanish(c):
     """What the daemon sees when a client process dies.  shutdown() first:
     close() alone only drops this thread's reference to the socket while a
