@@ -313,7 +313,7 @@ def test_many_wildcard_pkesks(pd, ct, keys, tools, matrix):
     f.write_bytes(junk + data)
     r = pd(f, [k])
     assert r.elapsed < 60, f"{r.elapsed:.1f} s for 1000 PKESKs: trials are not capped"
-    expect_err(r, "ELIMIT", "EINTEGRITY", "ENOKEY")
+    expect_err(r, "EINTEGRITY")  # anonymous recipients only: never "no key"
     assert pk.tag == 1
 
 
