@@ -128,6 +128,7 @@ int pd_trials_pkesk(const struct pd_trials *t, const struct pd_keyring *kr, stru
 	 * is used and the failure surfaces as an integrity error later. */
 	uint32_t found = 0;
 	bool any = false, wild_miss = false;
+	int hard_err = 0; /* resources or a bug: said as such, never hidden */
 	for (size_t i = 0; i < ntr; i++) {
 		uint32_t ok = 0;
 		uint8_t sym = 0;
@@ -140,10 +141,12 @@ int pd_trials_pkesk(const struct pd_trials *t, const struct pd_keyring *kr, stru
 		int e = pd_unwrap(w, tr[i].k, tr[i].p, sym, cand, &ok);
 		if (e < 0) { /* public reason: this trial does not count */
 			last_err = e;
+			if (e == -ENOMEM || e == PD_EINTERNAL)
+				hard_err = e;
 			/* A wildcard names no key, so its ciphertext not fitting this
 			 * key (c >= n of another modulus, another curve's point) says
 			 * only that it was for someone else: see below. */
-			if (tr[i].p->wildcard && e != -ENOMEM && e != PD_EINTERNAL)
+			else if (tr[i].p->wildcard)
 				wild_miss = true;
 			continue;
 		}
@@ -157,17 +160,21 @@ int pd_trials_pkesk(const struct pd_trials *t, const struct pd_keyring *kr, stru
 		res->pk_algo = pd_ct_sel8(take, tr[i].k->pk_algo, res->pk_algo);
 		found |= ok;
 	}
-	if (!any && wild_miss) {
-		/* Only wildcards were tried and none fitted a key held: a random
-		 * key goes on, and the message ends as INTEGRITY like every other
-		 * anonymous message for someone else, whatever its ciphertext
-		 * looked like to our keys (random from one message to the next). */
+	if (!any && wild_miss && !hard_err) {
+		/* No trial ran and a wildcard was among them: a random key goes
+		 * on, and the message ends as INTEGRITY like every other anonymous
+		 * message for someone else, whatever its ciphertext looked like to
+		 * our keys (random from one message to the next).  A PKESK naming
+		 * our key that failed its public checks beside it ends so too:
+		 * deciding on it alone would bring the variation back. */
 		sk->algo = t->hdr_sym_algo ? t->hdr_sym_algo : PD_IR_ALGO_V3;
 		sk->len = (uint8_t)pd_sym_keylen(sk->algo);
 		gcry_randomize(sk->key, sizeof(sk->key), GCRY_STRONG_RANDOM);
 		any = true;
 	}
 	if (!any) {
+		if (hard_err)
+			last_err = hard_err;
 		r = failr(res, last_err, "%s: cannot use the session key packet for key(s) held", pd_strerror(last_err));
 		goto out;
 	}

@@ -9,10 +9,11 @@
  *    algorithm; max_key_trials caps them all.  Every planned trial runs; the
  *    first whose decoding passed is taken in constant time, the first
  *    trial's implicit-rejection key when none did (the container fails
- *    then, in the same way and time as for any wrong key).  When only
- *    wildcards were tried and none fitted a held key (public: RSA c >= n,
- *    another curve's point), a random key goes on: an anonymous message
- *    for someone else always ends as INTEGRITY.
+ *    then, in the same way and time as for any wrong key).  When no trial
+ *    ran and a wildcard was among them (its ciphertext fits none of our
+ *    keys, public: RSA c >= n, another curve's point), a random key goes
+ *    on: an anonymous message for someone else always ends as INTEGRITY
+ *    (out of memory or an internal error is said as such instead).
  *  - SKESKs only when no PKESK trial fits and a password was given: the
  *    plan (at most max_skesk_trials, each within the per-derivation caps,
  *    all within max_kdf_mib) comes from the packets alone, before any

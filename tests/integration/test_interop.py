@@ -213,6 +213,18 @@ def test_hidden_recipient_for_someone_else_is_one_outcome(pd, ct, keys, tools, m
         assert r.stdout == b"", (name, len(r.stdout))
         seen[name] = r.detail
     assert len(set(seen.values())) == 1, seen
+    # A PKESK naming our key whose c >= n: MALFORMED, alone; beside an
+    # anonymous one that fits none of our keys, the anonymous rule decides.
+    k = keys["gpg-rsa2048"]
+    data = ct.get("gpg", k.name, 4 * KIB).read_bytes()
+    pk = pgp.packets(data)[0]
+    named = pgp.pkt(1, data[pk.offset + pk.hdr_len:pk.offset + pk.hdr_len + 10] + pgp.mpi((1 << 2048) - 1))
+    anon = ct.get("gpg", "gpg-rsa3072", 4 * KIB, extra=("--throw-keyids",)).read_bytes()
+    for name, msg, want in (("named", named + data[pk.end:], "EMALFORMED"),
+                            ("named-and-anonymous", named + anon, "EINTEGRITY")):
+        f = tools.tmp(f".{name}")
+        f.write_bytes(msg)
+        expect_err(pd(f, [k]), want)
 
 
 PROT = ["gpg-cv25519-prot", "gpg-rsa2048-prot"]
