@@ -65,21 +65,36 @@ static inline struct pd_obuf *pd_obuf_pop(struct pd_obuf_list *l)
 
 static inline void pd_obuf_free(struct pd_obuf *o);
 
-/** o when it is at least a quarter full, else a copy of its bytes in a
- * buffer of their size (o wiped and freed): what waits in a write queue
- * then takes about what it holds, however large the buffer it was built
- * in.  o itself when the copy cannot be made. */
-static inline struct pd_obuf *pd_obuf_fit(struct pd_obuf *o)
+/** The memory o holds (its allocation, less malloc's own overhead): what
+ * a write queue counts for it. */
+static inline size_t pd_obuf_held(const struct pd_obuf *o) { return sizeof(*o) + o->cap; }
+
+/** o, of which the octets from *off on are still to go: o itself when they
+ * fill at least a quarter of it, else a copy of them in a buffer of their
+ * size (o wiped and freed, *off set to 0).  What waits in a write queue
+ * then holds about what is left to send, however large the buffer it was
+ * built in or however much of it went.  o itself when the copy cannot be
+ * made. */
+static inline struct pd_obuf *pd_obuf_fit_rest(struct pd_obuf *o, size_t *off)
 {
-	if (o->len >= o->cap / 4)
+	size_t rest = o->len - *off;
+	if (rest >= o->cap / 4)
 		return o;
-	struct pd_obuf *n = pd_obuf_new(o->len);
+	struct pd_obuf *n = pd_obuf_new(rest);
 	if (!n)
 		return o;
-	memcpy(n->data, o->data, o->len);
-	n->len = o->len;
+	memcpy(n->data, o->data + *off, rest);
+	n->len = rest;
 	pd_obuf_free(o);
+	*off = 0;
 	return n;
+}
+
+/** pd_obuf_fit_rest() of a buffer none of which has gone. */
+static inline struct pd_obuf *pd_obuf_fit(struct pd_obuf *o)
+{
+	size_t off = 0;
+	return pd_obuf_fit_rest(o, &off);
 }
 
 /** Free one buffer, its bytes (plaintext) wiped first; accepts NULL. */

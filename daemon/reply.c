@@ -89,28 +89,37 @@ static int build_stats(uint32_t id, const uint8_t *p, size_t plen, uint32_t max_
 	return ok_result(l, id, len);
 }
 
+/* KEY frames go many to a buffer: one buffer per key took 8 KiB for a
+ * frame of a few hundred octets, 80 MiB for a KEYS of 10,000 keys. */
+#define KEYS_BUF (8 * PD_FRAME_STRUCT_MAX)
+
 /* KEYS: one KEY frame per key of the current set, RESULT OK with the count. */
 static int build_keys(uint32_t id, const uint8_t *p, size_t plen, uint32_t max_frame, struct pd_obuf_list *l)
 {
 	(void)p, (void)plen, (void)max_frame;
 	const struct pd_keyring *kr = pd_keyset_ring(pd_d.keys);
 	size_t n = pd_keyset_count(pd_d.keys), sent = 0;
+	struct pd_obuf *o = NULL;
 	for (size_t i = 0; i < n; i++) {
 		struct pd_keyinfo ki;
 		if (pd_keyring_info(kr, i, &ki) < 0)
 			continue;
-		struct pd_obuf *o = pd_obuf_new(PD_FRAME_STRUCT_MAX);
-		if (!o)
+		if (o && o->cap - o->len < PD_FRAME_STRUCT_MAX) {
+			pd_obuf_push(l, o);
+			o = NULL;
+		}
+		if (!o && !(o = pd_obuf_new(KEYS_BUF)))
 			return -ENOMEM;
-		int k = pd_frame_encode_key(o->data, o->cap, id, &ki);
+		int k = pd_frame_encode_key(o->data + o->len, o->cap - o->len, id, &ki);
 		if (k < 0) {
 			pd_obuf_free(o);
 			return k;
 		}
-		o->len = (size_t)k;
-		pd_obuf_push(l, o);
+		o->len += (size_t)k;
 		sent++;
 	}
+	if (o)
+		pd_obuf_push(l, pd_obuf_fit(o));
 	return ok_result(l, id, sent);
 }
 

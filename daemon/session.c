@@ -93,7 +93,7 @@ struct pd_session {
 
 	uint32_t max_frame;
 	unsigned max_inflight;
-	size_t wbytes;            /* held by uv_writes not yet completed (whole buffers) */
+	size_t wbytes;            /* memory held by uv_writes not yet completed (pd_obuf_held) */
 	uint64_t last_activity, last_write, fail_time;
 };
 
@@ -229,7 +229,7 @@ void pd_session_close(struct pd_session *s)
  * to connections x write-high-watermark. */
 static void resume(struct pd_session *s)
 {
-	if (is_closing(s) || (!s->rq_n && !s->rx))
+	if (is_closing(s))
 		return;
 	for (unsigned i = 0; i < s->rq_n; i++)
 		pd_request_kick(rq_at(s, i));
@@ -266,7 +266,7 @@ static void on_write(uv_write_t *wr, int status)
 {
 	struct pd_obuf *o = wr->data;
 	struct pd_session *s = o->owner;
-	size_t n = o->cap; /* bytes queued, stored at submission */
+	size_t n = pd_obuf_held(o); /* as counted by write_raw */
 
 	pd_obuf_free(o);
 	unsent_sub(s, n);
@@ -316,13 +316,14 @@ static void write_raw(struct pd_session *s, struct pd_obuf *o)
 		pd_obuf_free(o);
 		return;
 	}
+	/* What waits is counted as the memory it holds (obuf_held), so the
+	 * buffer must not be much larger than what is left of it: a reply
+	 * frame of a hundred octets in its 8 KiB buffer, or the last octets
+	 * of a job's output the socket took most of, go in a copy of their
+	 * size. */
+	o = pd_obuf_fit_rest(o, &off);
 	uv_buf_t b = uv_buf_init((char *)o->data + off, (unsigned)(o->len - off));
 	o->owner = s;
-	/* What is held is counted, the whole buffer until on_write frees it,
-	 * not only the part still unsent: else a partial write of a large
-	 * buffer (a job's output) would hold megabytes per connection outside
-	 * max-write-buffer.  Remembered for on_write. */
-	o->cap = o->len;
 	o->wr.data = o;
 	if (!s->wbytes)
 		s->last_write = uv_now(pd_d.loop);
@@ -332,7 +333,7 @@ static void write_raw(struct pd_session *s, struct pd_obuf *o)
 		pd_session_close(s);
 		return;
 	}
-	unsent_add(s, o->len);
+	unsent_add(s, pd_obuf_held(o));
 	if (s->wbytes >= pd_d.cfg->write_high_watermark)
 		s->throttled = true;
 }
@@ -612,9 +613,9 @@ static bool can_take_frame(const struct pd_session *s)
 {
 	if (s->throttled)
 		return false;
-	/* (iii): see resume().  Sessions with nothing under way still answer
-	 * PING, STATS and KEYS. */
-	if (g.write_paused && s->wbytes && (s->rx || s->rq_n))
+	/* (iii): see resume().  Whatever the frame: a PING, STATS or KEYS
+	 * answered to a client that does not read would pile up too. */
+	if (g.write_paused && s->wbytes)
 		return false;
 	/* While a request receives only its DATA and END are valid, and DATA is
 	 * taken in slices of whatever room the request has (take_frames), so

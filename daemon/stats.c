@@ -116,7 +116,7 @@ char *pd_stats_render(size_t *ret_len)
 	put(&b, "# HELP pgpdecd_verified_held_bytes Plaintext held back for verified-only requests (max-verified-total).\n"
 	        "# TYPE pgpdecd_verified_held_bytes gauge\npgpdecd_verified_held_bytes %llu\n",
 	    (unsigned long long)pd_adm_held());
-	put(&b, "# HELP pgpdecd_unsent_bytes Output held for writing on all connections, each buffer in full until its last octet is written (max-write-buffer pauses decryption).\n"
+	put(&b, "# HELP pgpdecd_unsent_bytes Memory held by output waiting to be written on all connections, each buffer in full until its last octet is written (max-write-buffer pauses decryption).\n"
 	        "# TYPE pgpdecd_unsent_bytes gauge\npgpdecd_unsent_bytes %llu\n", (unsigned long long)pd_sessions_unsent());
 	put(&b, "# HELP pgpdecd_write_paused 1 while decryption is paused because max-write-buffer is reached.\n"
 	        "# TYPE pgpdecd_write_paused gauge\npgpdecd_write_paused %d\n", pd_sessions_write_paused() ? 1 : 0);
