@@ -132,6 +132,14 @@ static const struct {
 	{ PD_FT_KEYS, build_keys },
 };
 
+bool pd_reply_is_builtin(uint8_t type)
+{
+	for (size_t i = 0; i < sizeof(builtins) / sizeof(builtins[0]); i++)
+		if (builtins[i].type == type)
+			return true;
+	return false;
+}
+
 int pd_reply_builtin(uint8_t type, uint32_t id, const uint8_t *p, size_t len, uint32_t max_frame,
                      struct pd_obuf_list *out)
 {

@@ -12,6 +12,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,5 +24,7 @@
  * frames: the caller clears it). */
 int pd_reply_builtin(uint8_t type, uint32_t id, const uint8_t *p, size_t len, uint32_t max_frame,
                      struct pd_obuf_list *out);
+/** Whether type is a built-in request (PING, STATS, KEYS). */
+bool pd_reply_is_builtin(uint8_t type);
 /** Append a RESULT frame with status and sentence (no trailer): 0 or -ENOMEM. */
 int pd_reply_result(struct pd_obuf_list *out, uint32_t id, uint16_t status, const char *sentence);

@@ -30,7 +30,10 @@ struct pd_request {
 	const struct pd_request_owner *o; /* NULL once freed by its session (job still out) */
 	uint32_t id;
 	bool decrypt;
-	bool answered;          /* the terminal frame exists (job or abort) */
+	bool answered;          /* the terminal frame exists (job or abort), or will (builtin) */
+	uint8_t builtin;        /* built-in reply still to build: its frame type (0: none) */
+	uint8_t builtin_len;
+	uint8_t builtin_p[PD_PING_MAX];
 	bool terminal_taken;    /* ... and the session has taken it */
 	bool input_ended;       /* END received */
 	bool verified_only, want_meta;
@@ -954,6 +957,45 @@ int pd_request_new_done(struct pd_request **ret, const struct pd_request_owner *
 	memset(out, 0, sizeof(*out));
 	*ret = r;
 	return 0;
+}
+
+int pd_request_new_builtin(struct pd_request **ret, const struct pd_request_owner *o, uint32_t id,
+                           uint8_t type, const uint8_t *p, size_t len)
+{
+	if (!type || len > PD_PING_MAX)
+		return -EINVAL; /* the session checked both: a bug */
+	struct pd_request *r = alloc_req(o, id);
+	if (!r)
+		return -ENOMEM;
+	r->answered = true;
+	r->input_ended = true;
+	r->builtin = type;
+	r->builtin_len = (uint8_t)len;
+	if (len)
+		memcpy(r->builtin_p, p, len);
+	*ret = r;
+	return 0;
+}
+
+bool pd_request_builtin_pending(const struct pd_request *r, uint8_t *type, const uint8_t **p, size_t *len)
+{
+	if (!r->builtin)
+		return false;
+	*type = r->builtin;
+	*p = r->builtin_p;
+	*len = r->builtin_len;
+	return true;
+}
+
+void pd_request_builtin_done(struct pd_request *r, struct pd_obuf_list *out)
+{
+	if (!r->builtin || r->outq.head) {
+		pd_log_err("SYS", "request %u: built-in reply built twice", (unsigned)r->id);
+		abort();
+	}
+	r->builtin = 0;
+	r->outq = *out;
+	memset(out, 0, sizeof(*out));
 }
 
 void pd_request_free(struct pd_request *r)

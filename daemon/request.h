@@ -4,7 +4,8 @@
  * A DECRYPT request owns a pd_msg, the key set it started with, a bounded
  * ciphertext buffer on each side of the worker hand-off and the encoded
  * frames (METADATA, DATA, RESULT) not yet given to the session's writer.
- * PING, STATS and KEYS replies are requests born complete.
+ * PING, STATS and KEYS replies are requests born answered, built once they
+ * are next to be written.
  *
  * Threads: everything here runs on the loop thread; the engine calls
  * (pd_msg_step, pd_msg_recover_key, pd_msg_free) run in pool jobs, at most
@@ -49,6 +50,16 @@ int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owne
 /** A reply that is complete at birth: frames already encoded in out. */
 int pd_request_new_done(struct pd_request **ret, const struct pd_request_owner *o, uint32_t id,
                         struct pd_obuf_list *out);
+/** A built-in reply (PING, STATS, KEYS: reply.h) owed for a frame of this
+ * type and payload (len <= PD_PING_MAX), built only when it is next to be
+ * written (pd_request_builtin_pending): replies waiting behind a request in
+ * progress then hold a few octets each, not a KEYS of every key. */
+int pd_request_new_builtin(struct pd_request **ret, const struct pd_request_owner *o, uint32_t id,
+                           uint8_t type, const uint8_t *p, size_t len);
+/** Whether r is a built-in reply not built yet, and for which frame. */
+bool pd_request_builtin_pending(const struct pd_request *r, uint8_t *type, const uint8_t **p, size_t *len);
+/** Its frames, built: out is moved into r, which is then complete. */
+void pd_request_builtin_done(struct pd_request *r, struct pd_obuf_list *out);
 /** Free (or, with a job in flight, detach and free when it returns). */
 void pd_request_free(struct pd_request *r);
 

@@ -423,11 +423,33 @@ static void session_fail(struct pd_session *s, uint16_t status, const char *sent
 		update_reading(s);
 }
 
+/* A built-in reply is built when it is next to be written: one waiting
+ * behind a request in progress holds its frame, not a KEYS of every key. */
+static bool build_builtin(struct pd_session *s, struct pd_request *r)
+{
+	struct pd_obuf_list l = { 0 };
+	const uint8_t *p;
+	size_t len;
+	uint8_t type;
+
+	if (!pd_request_builtin_pending(r, &type, &p, &len))
+		return true;
+	if (pd_reply_builtin(type, pd_request_id(r), p, len, s->max_frame, &l) < 0) {
+		pd_obuf_list_clear(&l);
+		session_fail(s, PD_ST_OVERLOADED, "out of memory");
+		return false;
+	}
+	pd_request_builtin_done(r, &l);
+	return true;
+}
+
 /* Move output of the head replies to the writer, in order. */
 static void flush(struct pd_session *s)
 {
 	while (s->rq_n && !is_ending(s)) {
 		struct pd_request *r = rq_at(s, 0);
+		if (!build_builtin(s, r))
+			break;
 		struct pd_obuf_list out = { 0 };
 		bool done = pd_request_take_output(r, &out, true);
 		write_list(s, &out);
@@ -588,17 +610,14 @@ static void handle_frame(struct pd_session *s, const struct pd_frame_hdr *h, con
 			s->rx = r;
 		return;
 	}
-	/* The rest are answered at once (reply.c). */
-	err = pd_reply_builtin(h->type, h->id, p, h->len, s->max_frame, &l);
-	if (err == -ENOENT) {
+	/* The rest are built-in replies (reply.c), built by flush() when they
+	 * are next to be written. */
+	if (!pd_reply_is_builtin(h->type)) {
 		snprintf(why, sizeof(why), "unexpected %s frame", pd_frame_type_name(h->type));
 		session_fail(s, PD_ST_PROTOCOL, why);
 		return;
 	}
-	if (err == 0)
-		err = pd_request_new_done(&r, &s->owner, h->id, &l);
-	if (err < 0) {
-		pd_obuf_list_clear(&l);
+	if (pd_request_new_builtin(&r, &s->owner, h->id, h->type, p, h->len) < 0) {
 		session_fail(s, PD_ST_OVERLOADED, "out of memory");
 		return;
 	}

@@ -829,6 +829,45 @@ def test_keys_to_a_client_that_does_not_read(world, tmp_path):
         assert d.stop() == 0
 
 
+def test_builtin_reply_is_built_when_it_is_next(world, tmp_path):
+    """A STATS or KEYS pipelined behind a DECRYPT in progress waits as its
+    frame, and is built when its turn to be written comes: 15 KEYS of an
+    audit host's 10,000 keys behind a long message held some 20 MiB per
+    connection before, outside every budget.  Observable here: the STATS
+    counts the DECRYPT before it (it was built at once, with the DECRYPT
+    still going: 0)."""
+    plain = os.urandom(4 << 20)
+    msg = world["gpg"].encrypt(plain, "alice@example.org")
+    d = Daemon(world, tmp_path)
+    try:
+        c = d.client(timeout=60)
+        rid, sid, kid = 1, 2, 3
+        wire = (pdwire.frame(pdwire.DECRYPT, rid, struct.pack(">I", 0))
+                + b"".join(pdwire.frame(pdwire.DATA, rid, msg[o:o + 65536]) for o in range(0, len(msg), 65536))
+                + pdwire.frame(pdwire.END, rid) + pdwire.frame(pdwire.STATS, sid) + pdwire.frame(pdwire.KEYS, kid))
+        sender = threading.Thread(target=c.s.sendall, args=(wire,), daemon=True)
+        sender.start()
+        got, res, _ = c.read_reply(rid)
+        check_ok(got, res, plain)
+        text, n_keys = [], 0
+        while True:
+            ftype, fid, p = c.recv_frame()
+            if fid == sid and ftype == pdwire.DATA:
+                text.append(p)
+            elif fid == kid and ftype == pdwire.KEY:
+                n_keys += 1
+            elif ftype == pdwire.RESULT:
+                assert pdwire.parse_result(p)["name"] == "OK", (fid, pdwire.parse_result(p))
+                if fid == kid:
+                    break
+        sender.join(30)
+        st = pdwire.parse_prometheus(b"".join(text).decode())
+        assert st['pgpdecd_requests_total{status="OK"}'] == 1, st
+        assert n_keys == len(d.client().keys()) > 0
+    finally:
+        assert d.stop() == 0
+
+
 def vanish(c):
     """What the daemon sees when a client process dies.  shutdown() first:
     close() alone only drops this thread's reference to the socket while a
