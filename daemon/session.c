@@ -793,25 +793,35 @@ static void process(struct pd_session *s)
 {
 	if (is_closing(s))
 		return;
-	/* Decrypted data held inside TLS never makes the socket readable
-	 * again: pump again whenever taking frames made room for it. */
-	do {
-		if (s->tls && !is_ending(s) && !tls_pump(s))
+	for (;;) {
+		/* Decrypted data held inside TLS never makes the socket readable
+		 * again: pump again whenever taking frames made room for it. */
+		do {
+			if (s->tls && !is_ending(s) && !tls_pump(s))
+				return;
+			if (s->state == SS_HANDSHAKE) {
+				if (s->eof)
+					pd_session_close(s);
+				else
+					update_reading(s);
+				return;
+			}
+			take_frames(s);
+			if (is_closing(s))
+				return;
+		} while (s->tls && s->tls_full && pd_buf_tail_room(&s->rb) && !is_ending(s));
+		unsigned before = s->rq_n;
+		flush(s);
+		if (is_ending(s))
 			return;
-		if (s->state == SS_HANDSHAKE) {
-			if (s->eof)
-				pd_session_close(s);
-			else
-				update_reading(s);
-			return;
-		}
-		take_frames(s);
-		if (is_closing(s))
-			return;
-	} while (s->tls && s->tls_full && pd_buf_tail_room(&s->rb) && !is_ending(s));
-	flush(s);
-	if (is_ending(s))
-		return;
+		/* Replies that went out make room under max-requests-per-connection:
+		 * the frames already read (or held by TLS) are taken now, not at the
+		 * next read or sweep, which may never come for a client waiting for
+		 * its replies.  Each round answers a request, so it ends. */
+		if (s->rq_n < before && (pd_buf_len(&s->rb) || (s->tls && s->tls_full)))
+			continue;
+		break;
+	}
 	if (s->eof) {
 		/* The client will send nothing more.  A frame cut short is a
 		 * protocol error; a request without END can never finish. */
