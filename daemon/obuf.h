@@ -24,7 +24,7 @@ struct pd_obuf {
 
 struct pd_obuf_list { /* public, by value */
 	struct pd_obuf *head, *tail;
-	size_t bytes;
+	size_t bytes; /* the memory of its buffers: pd_obuf_held() */
 };
 
 static inline struct pd_obuf *pd_obuf_new(size_t cap)
@@ -39,6 +39,10 @@ static inline struct pd_obuf *pd_obuf_new(size_t cap)
 	return o;
 }
 
+/** The memory o holds (its allocation, less malloc's own overhead): what
+ * a write queue and a list count for it. */
+static inline size_t pd_obuf_held(const struct pd_obuf *o) { return sizeof(*o) + o->cap; }
+
 static inline void pd_obuf_push(struct pd_obuf_list *l, struct pd_obuf *o)
 {
 	o->next = NULL;
@@ -47,7 +51,7 @@ static inline void pd_obuf_push(struct pd_obuf_list *l, struct pd_obuf *o)
 	else
 		l->head = o;
 	l->tail = o;
-	l->bytes += o->len;
+	l->bytes += pd_obuf_held(o);
 }
 
 static inline struct pd_obuf *pd_obuf_pop(struct pd_obuf_list *l)
@@ -57,17 +61,13 @@ static inline struct pd_obuf *pd_obuf_pop(struct pd_obuf_list *l)
 		l->head = o->next;
 		if (!l->head)
 			l->tail = NULL;
-		l->bytes -= o->len;
+		l->bytes -= pd_obuf_held(o);
 		o->next = NULL;
 	}
 	return o;
 }
 
 static inline void pd_obuf_free(struct pd_obuf *o);
-
-/** The memory o holds (its allocation, less malloc's own overhead): what
- * a write queue counts for it. */
-static inline size_t pd_obuf_held(const struct pd_obuf *o) { return sizeof(*o) + o->cap; }
 
 /** o, of which the octets from *off on are still to go: o itself when they
  * fill at least a quarter of it, else a copy of them in a buffer of their

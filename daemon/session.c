@@ -116,6 +116,7 @@ static void update_reading(struct pd_session *s);
 static void finish_fail(struct pd_session *s);
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 static void on_idle(uv_idle_t *h);
+static bool owner_pressure(void *ctx);
 
 /* ---------------------------------------------------------------- */
 /* Lifecycle state */
@@ -424,7 +425,11 @@ static void session_fail(struct pd_session *s, uint16_t status, const char *sent
 }
 
 /* A built-in reply is built when it is next to be written: one waiting
- * behind a request in progress holds its frame, not a KEYS of every key. */
+ * behind a request in progress holds its frame, not a KEYS of every key.
+ * Not under write pressure (the session's watermark, or the global pause
+ * while it has output waiting): up to max-requests-per-connection of them
+ * taken at once would each be built past both; on_write and resume() wake
+ * the session.  False: not now (or the session failed). */
 static bool build_builtin(struct pd_session *s, struct pd_request *r)
 {
 	struct pd_obuf_list l = { 0 };
@@ -434,6 +439,8 @@ static bool build_builtin(struct pd_session *s, struct pd_request *r)
 
 	if (!pd_request_builtin_pending(r, &type, &p, &len))
 		return true;
+	if (owner_pressure(s))
+		return false;
 	if (pd_reply_builtin(type, pd_request_id(r), p, len, s->max_frame, &l) < 0) {
 		pd_obuf_list_clear(&l);
 		session_fail(s, PD_ST_OVERLOADED, "out of memory");

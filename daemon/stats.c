@@ -113,7 +113,7 @@ char *pd_stats_render(size_t *ret_len)
 	        "# HELP pgpdecd_memory_limit_bytes max-memory.\n"
 	        "# TYPE pgpdecd_memory_limit_bytes gauge\npgpdecd_memory_limit_bytes %llu\n",
 	    mem ? (unsigned long long)pd_budget_used(mem) : 0ULL, mem ? (unsigned long long)pd_budget_limit(mem) : 0ULL);
-	put(&b, "# HELP pgpdecd_verified_held_bytes Plaintext held back for verified-only requests (max-verified-total).\n"
+	put(&b, "# HELP pgpdecd_verified_held_bytes Memory of the plaintext held back for verified-only requests (max-verified-total).\n"
 	        "# TYPE pgpdecd_verified_held_bytes gauge\npgpdecd_verified_held_bytes %llu\n",
 	    (unsigned long long)pd_adm_held());
 	put(&b, "# HELP pgpdecd_unsent_bytes Memory held by output waiting to be written on all connections, each buffer in full until its last octet is written (max-write-buffer pauses decryption).\n"

@@ -896,6 +896,46 @@ def test_pipelined_past_max_inflight_is_not_stalled(world, tmp_path):
         assert d.stop() == 0
 
 
+def test_trickled_verified_only_output_is_counted_as_memory(world, tmp_path):
+    """A verified-only DECRYPT whose ciphertext comes a few octets per DATA
+    frame gets a job, and a few octets of plaintext, per frame.  Each
+    output waited in a job buffer of request-buffer while the held budget
+    (max-verified-total) counted its octets: 27 MiB of RSS for 157 KiB
+    counted (from the review).  Now what waits is fitted and counted as
+    the memory it holds."""
+    plain = os.urandom(200_000)
+    msg = world["gpg"].encrypt(plain, "alice@example.org", compress=0)
+    env = dict(os.environ, ASAN_OPTIONS="quarantine_size_mb=8:" + os.environ.get("ASAN_OPTIONS", ""))
+    d = Daemon(world, tmp_path, env=env)
+    try:
+        probe = d.client()
+        c = d.client(timeout=120)
+        base = d.rss_kib()
+        rid = c.new_id()
+        c.send(pdwire.frame(pdwire.DECRYPT, rid, struct.pack(">I", pdwire.F_VERIFIED_ONLY)))
+        c.send(pdwire.frame(pdwire.DATA, rid, msg[:200]))
+        off, fed = 200, 0
+        while fed < 150_000:
+            c.send(pdwire.frame(pdwire.DATA, rid, msg[off:off + 4]))
+            off, fed = off + 4, fed + 4
+            if fed % 64 == 0:
+                time.sleep(0.0005)  # a job per few frames
+        time.sleep(1)
+        st = pdwire.parse_prometheus(probe.stats())
+        held, grown = st["pgpdecd_verified_held_bytes"], d.rss_kib() - base
+        print(f"trickle: held {held:.0f} bytes counted, RSS grown by {grown} KiB, jobs {st['pgpdecd_jobs_total']:.0f}")
+        assert st["pgpdecd_jobs_total"] > 1000, st  # the trickle made many small outputs
+        # twice what is counted (malloc's overhead per small buffer), and
+        # under ASan its 8 MiB quarantine
+        assert grown * 1024 <= 2 * held + (12 << 20), (grown, held)
+        c.send(b"".join(pdwire.frame(pdwire.DATA, rid, msg[o:o + 65536]) for o in range(off, len(msg), 65536))
+               + pdwire.frame(pdwire.END, rid))
+        got, res, _ = c.read_reply(rid)
+        check_ok(got, res, plain)
+    finally:
+        assert d.stop() == 0
+
+
 def vanish(c):
     """What the daemon sees when a client process dies.  shutdown() first:
     close() alone only drops this thread's reference to the socket while a

@@ -217,3 +217,48 @@ def test_old_set_kept_by_its_request_and_freed_off_the_loop(ring, tmp_path):
     finally:
         stop.set()
         assert d.stop() == 0
+
+
+def test_pipelined_keys_stop_at_the_watermark(ring, tmp_path):
+    """KEYS replies of a large ring to a client that pipelines them and
+    reads nothing: each is built only when the connection is below its
+    write-high-watermark (and not paused), so what waits is the watermark
+    and one reply, not max-requests-per-connection replies (16 KEYS of
+    240 keys: some 300 KiB waited with a 64 KiB watermark)."""
+    d = Daemon(tmp_path, "--keydir", ring["keys"], "--write-high-watermark", "64K", "--write-low-watermark", "16K")
+    try:
+        probe = d.client()
+        one = 0  # octets of one KEYS reply, frames and headers
+        rid = probe.new_id()
+        probe.send(pdwire.frame(pdwire.KEYS, rid))
+        while True:
+            ftype, _, p = probe.recv_frame()
+            one += 9 + len(p)
+            if ftype == pdwire.RESULT:
+                break
+        assert one > 16 << 10, one  # larger than the watermark's slack
+        slow = d.client()
+        slow.s.sendall(b"".join(pdwire.frame(pdwire.KEYS, 100 + j) for j in range(16)))
+        last, st = -1, None
+        for _ in range(50):
+            time.sleep(0.2)
+            st = pdwire.parse_prometheus(probe.stats())
+            if st["pgpdecd_unsent_bytes"] == last:
+                break
+            last = st["pgpdecd_unsent_bytes"]
+        held = st["pgpdecd_unsent_bytes"]
+        print(f"one KEYS reply {one} octets; held {held:.0f} bytes with a 64 KiB watermark")
+        assert 0 < held <= (64 << 10) + 2 * one, (held, one)
+        # the client reads: every reply comes, whole
+        for j in range(16):
+            n = 0
+            while True:
+                ftype, fid, p = slow.recv_frame()
+                assert fid == 100 + j
+                if ftype == pdwire.RESULT:
+                    break
+                n += 1
+            assert n == COUNT
+        assert probe.ping(b"alive") == b"alive"
+    finally:
+        assert d.stop() == 0
