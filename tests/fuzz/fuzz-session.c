@@ -54,7 +54,9 @@ static void init_once(void)
 	char *argv[] = {
 		"pgpdecd", "--key", PD_TEST_DATA "/keys/rsa2048.gpg", "--listen", "unix:/nonexistent/fuzz.sock",
 		"--workers", "1", "--log-level", "err", "--idle-timeout", "5s", "--message-timeout", "5s",
-		"--max-memory", "64M", "--max-argon2-memory", "1M", "--max-kdf-work", "8M", NULL,
+		"--max-memory", "64M", "--max-argon2-memory", "1M", "--max-kdf-work", "8M",
+		/* small, so that throttling and the global pause are reached */
+		"--write-high-watermark", "64K", "--write-low-watermark", "16K", "--max-write-buffer", "96K", NULL,
 	};
 	int argc = (int)(sizeof(argv) / sizeof(argv[0])) - 1;
 
@@ -175,5 +177,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	CHECK(pd_adm_slots() == 0);
 	CHECK(pd_adm_held() == 0);
 	CHECK(pd_budget_used(pd_adm_memory()) == 0);
+	CHECK(pd_sessions_unsent() == 0);
 	return 0;
 }

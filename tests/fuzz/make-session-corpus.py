@@ -5,7 +5,8 @@ first octet 0x01 (the harness sends a valid HELLO in its place), then
 frames: decryptions of the fuzz-msg corpus's whole messages (its "outer-*"
 entries, which the key ring rsa2048.gpg or the password "password" open),
 verified-only and metadata flags, a tampered message, pipelined requests,
-PING/STATS/KEYS, a request without END, and a protocol error.
+PING/STATS/KEYS, more requests at once than max_inflight, ciphertext in
+4-octet frames, a request without END, and a protocol error.
 
 Run from the top of the tree: tests/fuzz/make-session-corpus.py"""
 import os
@@ -60,6 +61,10 @@ def main():
     write("no-data", frame(DECRYPT, 1, struct.pack(">I", 0)))
     write("data-for-nothing", frame(DATA, 9, b"abc") + frame(END, 9))
     write("one-octet-frames", decrypt(1, some, chunk=1)[:4000])
+    # more than max_inflight (16) at once: taken again as replies go out
+    write("past-max-inflight", b"".join(frame(PING, 1 + i, b"p") for i in range(40))
+          + b"".join(frame(KEYS, 100 + i) for i in range(20)) + decrypt(200, some) + frame(STATS, 201))
+    write("trickle-verified-only", decrypt(1, some, flags=1, chunk=4))
 
 
 if __name__ == "__main__":
