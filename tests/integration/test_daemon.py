@@ -654,14 +654,20 @@ def _fill_slow_readers(d, msg, n):
     slow = [d.client(timeout=60) for _ in range(n)]
     rids = [c.send_decrypt(msg) for c in slow]
     probe = d.client(timeout=30)
+    return slow, rids, probe, _stats_once_unsent_settles(probe)
+
+
+def _stats_once_unsent_settles(probe, period=0.2):
+    """The daemon's stats once pgpdecd_unsent_bytes is above 0 and the same
+    twice, period seconds apart (at most 100 periods)."""
     last, st = -1, None
     for _ in range(100):
-        time.sleep(0.2)
+        time.sleep(period)
         st = pdwire.parse_prometheus(probe.stats())
         if st["pgpdecd_unsent_bytes"] == last and last > 0:
             break
         last = st["pgpdecd_unsent_bytes"]
-    return slow, rids, probe, st
+    return st
 
 
 def test_global_write_budget(world, tmp_path):
@@ -725,13 +731,7 @@ def test_partly_written_buffer_counts_in_full(world, tmp_path):
         c = d.client(timeout=60)
         probe = d.client(timeout=30)
         rid = c.send_decrypt(msg)
-        last, st = -1, None
-        for _ in range(100):  # until all of the output is made: nothing is throttled
-            time.sleep(0.2)
-            st = pdwire.parse_prometheus(probe.stats())
-            if st["pgpdecd_unsent_bytes"] == last and last > 0:
-                break
-            last = st["pgpdecd_unsent_bytes"]
+        st = _stats_once_unsent_settles(probe)  # all of the output made: nothing is throttled
         counted = int(st["pgpdecd_unsent_bytes"])
         assert c.buf == b""
         in_socket = struct.unpack("i", fcntl.ioctl(c.s.fileno(), termios.FIONREAD, b"\0" * 4))[0]
@@ -768,14 +768,7 @@ def _flood_keys(d, n_clients, frames=3000):
     for t in senders:
         t.start()
     probe = d.client(timeout=30)
-    last, st = -1, None
-    for _ in range(100):
-        time.sleep(0.3)
-        st = pdwire.parse_prometheus(probe.stats())
-        if st["pgpdecd_unsent_bytes"] == last and last > 0:
-            break
-        last = st["pgpdecd_unsent_bytes"]
-    return clients, probe, st
+    return clients, probe, _stats_once_unsent_settles(probe, 0.3)
 
 
 def _send_quietly(c, data):
