@@ -116,7 +116,7 @@ static void update_reading(struct pd_session *s);
 static void finish_fail(struct pd_session *s);
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 static void on_idle(uv_idle_t *h);
-static bool owner_pressure(void *ctx);
+static bool under_pressure(const struct pd_session *s);
 
 /* ---------------------------------------------------------------- */
 /* Lifecycle state */
@@ -317,7 +317,7 @@ static void write_raw(struct pd_session *s, struct pd_obuf *o)
 		pd_obuf_free(o);
 		return;
 	}
-	/* What waits is counted as the memory it holds (obuf_held), so the
+	/* What waits is counted as the memory it holds (pd_obuf_held), so the
 	 * buffer must not be much larger than what is left of it: a reply
 	 * frame of a hundred octets in its 8 KiB buffer, or the last octets
 	 * of a job's output the socket took most of, go in a copy of their
@@ -439,7 +439,7 @@ static bool build_builtin(struct pd_session *s, struct pd_request *r)
 
 	if (!pd_request_builtin_pending(r, &type, &p, &len))
 		return true;
-	if (owner_pressure(s))
+	if (under_pressure(s))
 		return false;
 	if (pd_reply_builtin(type, pd_request_id(r), p, len, s->max_frame, &l) < 0) {
 		pd_obuf_list_clear(&l);
@@ -637,11 +637,10 @@ static void handle_frame(struct pd_session *s, const struct pd_frame_hdr *h, con
 /* Back-pressure point (i): may the next frame be taken? */
 static bool can_take_frame(const struct pd_session *s)
 {
-	if (s->throttled)
-		return false;
-	/* (iii): see resume().  Whatever the frame: a PING, STATS or KEYS
-	 * answered to a client that does not read would pile up too. */
-	if (g.write_paused && s->wbytes)
+	/* Its watermark, or (iii) (see resume()).  Whatever the frame: a PING,
+	 * STATS or KEYS answered to a client that does not read would pile up
+	 * too. */
+	if (under_pressure(s))
 		return false;
 	/* While a request receives only its DATA and END are valid, and DATA is
 	 * taken in slices of whatever room the request has (take_frames), so
@@ -887,11 +886,12 @@ static void owner_wake(void *ctx) { pd_session_wake(ctx); }
 /* The write queue is above its high watermark, or all sessions' together
  * reached max-write-buffer and this one still has unsent output (its
  * requests are kicked again once it drains). */
-static bool owner_pressure(void *ctx)
+static bool under_pressure(const struct pd_session *s)
 {
-	const struct pd_session *s = ctx;
 	return s->throttled || (g.write_paused && s->wbytes);
 }
+
+static bool owner_pressure(void *ctx) { return under_pressure(ctx); }
 
 static bool owner_is_head(void *ctx, const struct pd_request *r)
 {
