@@ -108,6 +108,22 @@ print(", ".join(f"{n} {k.lower()}" for k, n in sorted(c.items())))
 EOF
 }
 
+# failures DIR: what failed in DIR, by name, for the summary (the summary is
+# often all of the log a CI run keeps): each meson test that did not pass,
+# and pytest's short "FAILED"/"ERROR" lines from the integration suite.
+failures() {
+	/usr/bin/python3 - "$1/meson-logs/testlog.json" <<'EOF' 2>/dev/null || true
+import json, sys
+for line in open(sys.argv[1]):
+    t = json.loads(line)
+    if t["result"] not in ("OK", "SKIP", "EXPECTEDFAIL"):
+        print(f"  {t['result']}: {t['name']} ({t.get('duration', 0):.0f}s)")
+        for l in (t.get("stdout") or "").splitlines():
+            if l.startswith(("FAILED ", "ERROR ")):
+                print("    " + l[:300])
+EOF
+}
+
 build_and_test() { # dir, setup options...
 	dir=$1
 	shift
@@ -196,9 +212,11 @@ if [ -f build/interop-matrix.txt ]; then
 	sed 's/^/  /' build/interop-matrix.txt
 fi
 printf 'build/       %-28s %s; %s compiler warnings; %ss\n' "$r1" "$(count_results build)" "$w1" $((T2 - T1))
+failures build
 printf 'soak         %-28s %ss (table and plot in build/soak/)\n' "$rs" $((Ts1 - Ts0))
 if [ "$r2" != SKIPPED ]; then
 	printf 'build-asan/  %-28s %s; %s compiler warnings; %ss\n' "$r2" "$(count_results build-asan)" "$w2" $((T3 - Ta))
+	failures build-asan
 fi
 if [ "$r3" != SKIPPED ]; then
 	printf 'build-libfuzzer/ %-24s %ss; per target:\n' "$r3" $((T4 - T3))
