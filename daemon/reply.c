@@ -57,9 +57,10 @@ int pd_reply_result(struct pd_obuf_list *out, uint32_t id, uint16_t status, cons
 }
 
 /* PING: its payload back in a PONG (no RESULT). */
-static int build_pong(uint32_t id, const uint8_t *p, size_t len, uint32_t max_frame, struct pd_obuf_list *l)
+static int build_pong(uint32_t id, const uint8_t *p, size_t len, uint32_t max_frame, struct pd_reply_cursor *cur,
+                      struct pd_obuf_list *l)
 {
-	(void)max_frame;
+	(void)max_frame, (void)cur;
 	struct pd_obuf *o = frame_obuf(PD_FT_PONG, id, p, len);
 	if (!o)
 		return -ENOMEM;
@@ -68,9 +69,10 @@ static int build_pong(uint32_t id, const uint8_t *p, size_t len, uint32_t max_fr
 }
 
 /* STATS: the Prometheus text in DATA frames, RESULT OK with its length. */
-static int build_stats(uint32_t id, const uint8_t *p, size_t plen, uint32_t max_frame, struct pd_obuf_list *l)
+static int build_stats(uint32_t id, const uint8_t *p, size_t plen, uint32_t max_frame, struct pd_reply_cursor *cur,
+                       struct pd_obuf_list *l)
 {
-	(void)p, (void)plen;
+	(void)p, (void)plen, (void)cur;
 	size_t len;
 	char *text = pd_stats_render(&len);
 	if (!text)
@@ -89,43 +91,53 @@ static int build_stats(uint32_t id, const uint8_t *p, size_t plen, uint32_t max_
 	return ok_result(l, id, len);
 }
 
-/* KEY frames go many to a buffer: one buffer per key took 8 KiB for a
- * frame of a few hundred octets, 80 MiB for a KEYS of 10,000 keys. */
-#define KEYS_BUF (8 * PD_FRAME_STRUCT_MAX)
+_Static_assert(PD_REPLY_PIECE >= PD_FRAME_STRUCT_MAX, "a piece holds at least one frame of any kind");
 
-/* KEYS: one KEY frame per key of the current set, RESULT OK with the count. */
-static int build_keys(uint32_t id, const uint8_t *p, size_t plen, uint32_t max_frame, struct pd_obuf_list *l)
+/* KEYS: one KEY frame per key of one set, RESULT OK with the count.  The
+ * frames of one piece share a buffer (one buffer per key took 8 KiB for a
+ * frame of a few dozen octets).  The set is the current one when the first
+ * piece is built, held by the cursor until the last: a reload in between
+ * does not change a listing half sent. */
+static int build_keys(uint32_t id, const uint8_t *p, size_t plen, uint32_t max_frame, struct pd_reply_cursor *cur,
+                      struct pd_obuf_list *l)
 {
 	(void)p, (void)plen, (void)max_frame;
-	const struct pd_keyring *kr = pd_keyset_ring(pd_d.keys);
-	size_t n = pd_keyset_count(pd_d.keys), sent = 0;
-	struct pd_obuf *o = NULL;
-	for (size_t i = 0; i < n; i++) {
+	if (!cur->ks)
+		cur->ks = pd_keyset_ref(pd_d.keys);
+	const struct pd_keyring *kr = pd_keyset_ring(cur->ks);
+	size_t n = pd_keyset_count(cur->ks);
+	struct pd_obuf *o = pd_obuf_new(PD_REPLY_PIECE);
+	if (!o)
+		return -ENOMEM;
+	for (; cur->next < n; cur->next++) {
 		struct pd_keyinfo ki;
-		if (pd_keyring_info(kr, i, &ki) < 0)
-			continue;
-		if (o && o->cap - o->len < PD_FRAME_STRUCT_MAX) {
-			pd_obuf_push(l, o);
-			o = NULL;
-		}
-		if (!o && !(o = pd_obuf_new(KEYS_BUF)))
-			return -ENOMEM;
+		if (pd_keyring_info(kr, cur->next, &ki) < 0)
+			continue; /* a key whose info cannot be had is neither listed nor counted */
 		int k = pd_frame_encode_key(o->data + o->len, o->cap - o->len, id, &ki);
+		if (k == -ENOBUFS && o->len)
+			break; /* the piece is full: this key is the next one's first */
 		if (k < 0) {
 			pd_obuf_free(o);
 			return k;
 		}
 		o->len += (size_t)k;
-		sent++;
+		cur->listed++;
 	}
-	if (o)
+	if (o->len)
 		pd_obuf_push(l, pd_obuf_fit(o));
-	return ok_result(l, id, sent);
+	else
+		pd_obuf_free(o);
+	if (cur->next < n)
+		return 1;
+	size_t listed = cur->listed;
+	pd_reply_cursor_clear(cur);
+	return ok_result(l, id, listed);
 }
 
 static const struct {
 	uint8_t type;
-	int (*build)(uint32_t id, const uint8_t *p, size_t len, uint32_t max_frame, struct pd_obuf_list *l);
+	int (*build)(uint32_t id, const uint8_t *p, size_t len, uint32_t max_frame, struct pd_reply_cursor *cur,
+	             struct pd_obuf_list *l);
 } builtins[] = {
 	{ PD_FT_PING, build_pong },
 	{ PD_FT_STATS, build_stats },
@@ -141,10 +153,19 @@ bool pd_reply_is_builtin(uint8_t type)
 }
 
 int pd_reply_builtin(uint8_t type, uint32_t id, const uint8_t *p, size_t len, uint32_t max_frame,
-                     struct pd_obuf_list *out)
+                     struct pd_reply_cursor *cur, struct pd_obuf_list *out)
 {
 	for (size_t i = 0; i < sizeof(builtins) / sizeof(builtins[0]); i++)
-		if (builtins[i].type == type)
-			return builtins[i].build(id, p, len, max_frame, out) < 0 ? -ENOMEM : 0;
+		if (builtins[i].type == type) {
+			int r = builtins[i].build(id, p, len, max_frame, cur, out);
+			return r < 0 ? -ENOMEM : r;
+		}
 	return -ENOENT;
+}
+
+void pd_reply_cursor_clear(struct pd_reply_cursor *cur)
+{
+	pd_keyset_unref(cur->ks);
+	cur->ks = NULL;
+	cur->next = cur->listed = 0;
 }

@@ -17,6 +17,7 @@
 #include "log.h"
 #include "pgpdec.h"
 #include "pool.h"
+#include "reply.h"
 #include "request.h"
 #include "stats.h"
 #include "status.h"
@@ -34,6 +35,7 @@ struct pd_request {
 	uint8_t builtin;        /* built-in reply still to build: its frame type (0: none) */
 	uint8_t builtin_len;
 	uint8_t builtin_p[PD_PING_MAX];
+	struct pd_reply_cursor builtin_cur; /* a reply built a piece at a time (KEYS) */
 	bool terminal_taken;    /* ... and the session has taken it */
 	bool input_ended;       /* END received */
 	bool verified_only, want_meta;
@@ -583,6 +585,7 @@ static void free_req(struct pd_request *r)
 	if (r->m)
 		pd_msg_free(r->m, NULL);
 	pd_keyset_unref(r->ks);
+	pd_reply_cursor_clear(&r->builtin_cur);
 	pd_obuf_list_clear(&r->outq);
 	held_release(r);
 	drop_password(r);
@@ -989,23 +992,29 @@ int pd_request_new_builtin(struct pd_request **ret, const struct pd_request_owne
 	return 0;
 }
 
-bool pd_request_builtin_pending(const struct pd_request *r, uint8_t *type, const uint8_t **p, size_t *len)
+bool pd_request_builtin_pending(struct pd_request *r, uint8_t *type, const uint8_t **p, size_t *len,
+                                struct pd_reply_cursor **cur)
 {
 	if (!r->builtin)
 		return false;
 	*type = r->builtin;
 	*p = r->builtin_p;
 	*len = r->builtin_len;
+	*cur = &r->builtin_cur;
 	return true;
 }
 
-void pd_request_builtin_done(struct pd_request *r, struct pd_obuf_list *out)
+bool pd_request_builtin_more(const struct pd_request *r) { return r->builtin; }
+
+void pd_request_builtin_put(struct pd_request *r, struct pd_obuf_list *out, bool last)
 {
+	/* a piece is built once the one before was taken */
 	if (!r->builtin || r->outq.head) {
-		pd_log_err("SYS", "request %u: built-in reply built twice", (unsigned)r->id);
+		pd_log_err("SYS", "request %u: built-in reply built past its end or ahead of its writer", (unsigned)r->id);
 		abort();
 	}
-	r->builtin = 0;
+	if (last)
+		r->builtin = 0;
 	r->outq = *out;
 	memset(out, 0, sizeof(*out));
 }
@@ -1077,7 +1086,7 @@ bool pd_request_take_output(struct pd_request *r, struct pd_obuf_list *out, bool
 		return r->terminal_taken;
 	if (r->verified_only && !r->answered)
 		return false; /* held until the verdict */
-	if (r->answered) {
+	if (r->answered && !r->builtin) { /* a built-in reply: its last piece */
 		held_release(r);
 		r->terminal_taken = true;
 	}

@@ -26,6 +26,7 @@
 
 struct pd_request;
 struct pd_decrypt_req;
+struct pd_reply_cursor;
 
 /** Begin a DECRYPT reply.  Admission (queue length) is decided here: an
  * overloaded daemon answers RETRY at once and the request discards its input. */
@@ -56,10 +57,15 @@ int pd_request_new_done(struct pd_request **ret, const struct pd_request_owner *
  * progress then hold a few octets each, not a KEYS of every key. */
 int pd_request_new_builtin(struct pd_request **ret, const struct pd_request_owner *o, uint32_t id,
                            uint8_t type, const uint8_t *p, size_t len);
-/** Whether r is a built-in reply not built yet, and for which frame. */
-bool pd_request_builtin_pending(const struct pd_request *r, uint8_t *type, const uint8_t **p, size_t *len);
-/** Its frames, built: out is moved into r, which is then complete. */
-void pd_request_builtin_done(struct pd_request *r, struct pd_obuf_list *out);
+/** Whether r is a built-in reply not built yet (or not to its end), for
+ * which frame, and the cursor its pieces are built with (reply.h). */
+bool pd_request_builtin_pending(struct pd_request *r, uint8_t *type, const uint8_t **p, size_t *len,
+                                struct pd_reply_cursor **cur);
+/** Whether r is a built-in reply with pieces still to build. */
+bool pd_request_builtin_more(const struct pd_request *r);
+/** A piece of its frames, built once the piece before was taken: out is
+ * moved into r; with last, r is then complete. */
+void pd_request_builtin_put(struct pd_request *r, struct pd_obuf_list *out, bool last);
 /** Free (or, with a job in flight, detach and free when it returns). */
 void pd_request_free(struct pd_request *r);
 

@@ -429,24 +429,28 @@ static void session_fail(struct pd_session *s, uint16_t status, const char *sent
  * Not under write pressure (the session's watermark, or the global pause
  * while it has output waiting): up to max-requests-per-connection of them
  * taken at once would each be built past both; on_write and resume() wake
- * the session.  False: not now (or the session failed). */
+ * the session.  A KEYS comes a piece at a time, each once the one before
+ * was written, so that under the same pressure one waits as a piece, not
+ * a listing of every key.  False: not now (or the session failed). */
 static bool build_builtin(struct pd_session *s, struct pd_request *r)
 {
 	struct pd_obuf_list l = { 0 };
+	struct pd_reply_cursor *cur;
 	const uint8_t *p;
 	size_t len;
 	uint8_t type;
 
-	if (!pd_request_builtin_pending(r, &type, &p, &len))
+	if (!pd_request_builtin_pending(r, &type, &p, &len, &cur))
 		return true;
 	if (under_pressure(s))
 		return false;
-	if (pd_reply_builtin(type, pd_request_id(r), p, len, s->max_frame, &l) < 0) {
+	int more = pd_reply_builtin(type, pd_request_id(r), p, len, s->max_frame, cur, &l);
+	if (more < 0) {
 		pd_obuf_list_clear(&l);
 		session_fail(s, PD_ST_OVERLOADED, "out of memory");
 		return false;
 	}
-	pd_request_builtin_done(r, &l);
+	pd_request_builtin_put(r, &l, more == 0);
 	return true;
 }
 
@@ -460,8 +464,13 @@ static void flush(struct pd_session *s)
 		struct pd_obuf_list out = { 0 };
 		bool done = pd_request_take_output(r, &out, true);
 		write_list(s, &out);
-		if (!done || is_closing(s))
+		if (is_closing(s))
 			break;
+		if (!done) {
+			if (pd_request_builtin_more(r))
+				continue; /* its next piece, if the piece just written left room */
+			break;
+		}
 		rq_pop(s);
 		if (r == s->rx) { /* answered early: swallow the rest of its input */
 			s->rx = NULL;

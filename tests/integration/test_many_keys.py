@@ -262,3 +262,85 @@ def test_pipelined_keys_stop_at_the_watermark(ring, tmp_path):
         assert probe.ping(b"alive") == b"alive"
     finally:
         assert d.stop() == 0
+
+
+BIG = 5000
+
+
+@pytest.fixture(scope="module")
+def big_ring(tmp_path_factory):
+    """5,000 cv25519 keys, none protected: a KEYS listing of some 430 KiB,
+    twice what a Unix socket's buffer takes from a client that reads
+    nothing (wmem_default, 208 KiB)."""
+    base = tmp_path_factory.mktemp("bigring")
+    subprocess.run(["/usr/bin/python3", os.path.join(SRC, "contrib/bench/mkring.py"), str(base),
+                    "--count", str(BIG), "--mix", "0,0,1,0", "--protected", "0"], check=True, capture_output=True)
+    return base / "keys"
+
+
+def _keys_reply(c, rid):
+    """The fingerprints of one KEYS reply, its octets and its RESULT."""
+    fprs, octets = [], 0
+    while True:
+        ftype, fid, p = c.recv_frame()
+        assert fid == rid, (fid, rid)
+        octets += 9 + len(p)
+        if ftype == pdwire.RESULT:
+            return fprs, octets, pdwire.parse_result(p)
+        assert ftype == pdwire.KEY, ftype
+        fprs.append([v for t, v in pdwire.tlvs(p[8:]) if t == 0x18][0])
+
+
+def test_keys_of_a_large_ring_wait_as_a_piece(big_ring, tmp_path):
+    """A KEYS of 5,000 keys to clients that read nothing: each listing is
+    built a piece (16 KiB) at a time, the next once the last was written,
+    so one waits in the daemon as a piece under its watermark and the
+    global pause, not as the whole listing.  Before, each connection held
+    what its socket did not take of a listing built whole (six held
+    1,974,378 bytes with a 64 KiB max-write-buffer, now 149,472; at 10,000
+    keys and 1,024 connections, a gigabyte).  A listing half sent lists the set it began with across a
+    reload; a new one lists the new set."""
+    keys = tmp_path / "keys"
+    shutil.copytree(big_ring, keys)
+    d = Daemon(tmp_path, "--keydir", keys, "--write-high-watermark", "64K", "--write-low-watermark", "16K",
+               "--max-write-buffer", "64K", "--log-level", "info")
+    try:
+        probe = d.client()
+        rid = probe.new_id()
+        probe.send(pdwire.frame(pdwire.KEYS, rid))
+        full, one, res = _keys_reply(probe, rid)
+        assert len(full) == BIG and res["status"] == 0 and res["bytes_out"] == BIG, res
+        assert one > 400 << 10, one
+        slow = [d.client() for _ in range(6)]
+        for c in slow:
+            c.send(pdwire.frame(pdwire.KEYS, 7))
+        last, st = -1, None
+        for _ in range(100):
+            time.sleep(0.2)
+            st = pdwire.parse_prometheus(probe.stats())
+            if st["pgpdecd_unsent_bytes"] == last:
+                break
+            last = st["pgpdecd_unsent_bytes"]
+        held = st["pgpdecd_unsent_bytes"]
+        print(f"one KEYS reply {one} octets; six clients that do not read: {held:.0f} bytes held")
+        # the cap, and a piece for each connection that was under it
+        assert 0 < held <= (64 << 10) + 6 * (16 << 10), st
+        assert st["pgpdecd_write_paused"] == 1, st
+        # a reload that removes 100 keys while the listings wait
+        for name in sorted(os.listdir(keys))[:100]:
+            os.unlink(keys / name)
+        d.proc.send_signal(signal.SIGHUP)
+        d.wait_log("reloaded:")
+        for c in slow:
+            fprs, _, res = _keys_reply(c, 7)
+            assert fprs == full and res["bytes_out"] == BIG, (len(fprs), res)
+        rid = probe.new_id()
+        probe.send(pdwire.frame(pdwire.KEYS, rid))
+        fprs, _, res = _keys_reply(probe, rid)
+        assert len(fprs) == BIG - 100 and res["bytes_out"] == BIG - 100, (len(fprs), res)
+        assert fprs == full[100:]
+        for c in slow:
+            c.close()
+        assert probe.ping(b"alive") == b"alive"
+    finally:
+        assert d.stop() == 0
