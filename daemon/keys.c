@@ -45,11 +45,21 @@
 #define MAX_DIR_FILES 100000   /* key files in keydir: the key ring's cap */
 #define SECMEM_MIN (4u << 20)  /* secmem-size 0: at least this */
 
+/* The public facts of a set's keys, in the set's order, for KEYS: a
+ * listing sent a piece at a time holds these, not the set, whose secrets a
+ * reload that removed them should not keep. */
+struct pd_keyinfos {
+	atomic_uint n_ref;
+	size_t n;
+	struct pd_keyinfo v[];
+};
+
 struct pd_keyset {
 	atomic_uint n_ref;
 	struct pd_keyring *kr;
 	size_t count;
 	char *listing;
+	struct pd_keyinfos *infos;
 	char **files;  /* every file the load read: key files, passphrase files */
 	size_t nfiles;
 	char **src;    /* per key: the key file it came from */
@@ -740,12 +750,20 @@ static int build_listing(struct pd_keyset *ks)
 
 	if (!s)
 		return -ENOMEM;
+	ks->infos = malloc(sizeof(*ks->infos) + ks->count * sizeof(ks->infos->v[0]));
+	if (!ks->infos) {
+		free(s);
+		return -ENOMEM;
+	}
+	atomic_init(&ks->infos->n_ref, 1);
+	ks->infos->n = 0;
 	*p = 0;
 	for (size_t i = 0; i < ks->count; i++) {
 		struct pd_keyinfo ki;
 		char fpr[65], pfpr[65];
 		if (pd_keyring_info(ks->kr, i, &ki) < 0)
 			continue;
+		ks->infos->v[ks->infos->n++] = ki;
 		hex(fpr, ki.fpr, ki.fpr_len <= 32 ? ki.fpr_len : 32);
 		hex(pfpr, ki.primary_fpr, ki.primary_fpr_len <= 32 ? ki.primary_fpr_len : 32);
 		int n = snprintf(p, cap - (size_t)(p - s), "%s %s %u %s\n", fpr,
@@ -907,6 +925,7 @@ static void keyset_free(struct pd_keyset *ks)
 	pd_keyring_free(ks->kr);
 	strv_free(ks->files, ks->nfiles);
 	free(ks->listing);
+	pd_keyinfos_unref(ks->infos);
 	free(ks);
 }
 
@@ -1027,6 +1046,25 @@ void pd_keyset_wait_freed(void)
 const struct pd_keyring *pd_keyset_ring(const struct pd_keyset *ks) { return ks->kr; }
 size_t pd_keyset_count(const struct pd_keyset *ks) { return ks->count; }
 const char *pd_keyset_listing(const struct pd_keyset *ks) { return ks->listing; }
+
+struct pd_keyinfos *pd_keyset_infos(const struct pd_keyset *ks)
+{
+	atomic_fetch_add_explicit(&ks->infos->n_ref, 1, memory_order_relaxed);
+	return ks->infos;
+}
+
+const struct pd_keyinfo *pd_keyinfos_get(const struct pd_keyinfos *ki, size_t *ret_n)
+{
+	*ret_n = ki->n;
+	return ki->v;
+}
+
+struct pd_keyinfos *pd_keyinfos_unref(struct pd_keyinfos *ki)
+{
+	if (ki && atomic_fetch_sub_explicit(&ki->n_ref, 1, memory_order_acq_rel) == 1)
+		free(ki);
+	return NULL;
+}
 
 const char *const *pd_keyset_files(const struct pd_keyset *ks, size_t *ret_n)
 {

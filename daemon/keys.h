@@ -15,6 +15,8 @@
 struct pd_config;
 struct pd_keyring;
 struct pd_keyset;
+struct pd_keyinfo;
+struct pd_keyinfos;
 
 /** Load every key file of the config (--key, then --keydir), each unlocked
  * with its passphrase (key-passphrase, FILE.passphrase, passphrase-file:
@@ -46,6 +48,14 @@ const struct pd_keyring *pd_keyset_ring(const struct pd_keyset *ks);
 size_t pd_keyset_count(const struct pd_keyset *ks);
 /** One line per key: "FPR ALGO BITS PRIMARY-FPR\n", NUL-terminated, owned by ks. */
 const char *pd_keyset_listing(const struct pd_keyset *ks);
+/** The public facts (pd_keyinfo) of the set's keys, in its order, with a
+ * reference of the caller's: they outlive the set while held, and hold
+ * none of its secrets (a KEYS listing half sent keeps these, not the set). */
+struct pd_keyinfos *pd_keyset_infos(const struct pd_keyset *ks);
+/** The entries, *ret_n of them. */
+const struct pd_keyinfo *pd_keyinfos_get(const struct pd_keyinfos *ki, size_t *ret_n);
+/** Drop a reference (any thread); accepts NULL, returns NULL. */
+struct pd_keyinfos *pd_keyinfos_unref(struct pd_keyinfos *ki);
 /** The files the load read (key files and passphrase files), in the order
  * read, *ret_n of them; owned by ks. */
 const char *const *pd_keyset_files(const struct pd_keyset *ks, size_t *ret_n);

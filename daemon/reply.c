@@ -96,24 +96,22 @@ _Static_assert(PD_REPLY_PIECE >= PD_FRAME_STRUCT_MAX, "a piece holds at least on
 /* KEYS: one KEY frame per key of one set, RESULT OK with the count.  The
  * frames of one piece share a buffer (one buffer per key took 8 KiB for a
  * frame of a few dozen octets).  The set is the current one when the first
- * piece is built, held by the cursor until the last: a reload in between
- * does not change a listing half sent. */
+ * piece is built; the cursor holds its keys' public facts until the last,
+ * so a reload in between changes nothing in a listing half sent and does
+ * not keep the old set's secrets. */
 static int build_keys(uint32_t id, const uint8_t *p, size_t plen, uint32_t max_frame, struct pd_reply_cursor *cur,
                       struct pd_obuf_list *l)
 {
 	(void)p, (void)plen, (void)max_frame;
-	if (!cur->ks)
-		cur->ks = pd_keyset_ref(pd_d.keys);
-	const struct pd_keyring *kr = pd_keyset_ring(cur->ks);
-	size_t n = pd_keyset_count(cur->ks);
+	if (!cur->keys)
+		cur->keys = pd_keyset_infos(pd_d.keys);
+	size_t n;
+	const struct pd_keyinfo *ki = pd_keyinfos_get(cur->keys, &n);
 	struct pd_obuf *o = pd_obuf_new(PD_REPLY_PIECE);
 	if (!o)
 		return -ENOMEM;
 	for (; cur->next < n; cur->next++) {
-		struct pd_keyinfo ki;
-		if (pd_keyring_info(kr, cur->next, &ki) < 0)
-			continue; /* a key whose info cannot be had is neither listed nor counted */
-		int k = pd_frame_encode_key(o->data + o->len, o->cap - o->len, id, &ki);
+		int k = pd_frame_encode_key(o->data + o->len, o->cap - o->len, id, &ki[cur->next]);
 		if (k == -ENOBUFS && o->len)
 			break; /* the piece is full: this key is the next one's first */
 		if (k < 0) {
@@ -121,7 +119,6 @@ static int build_keys(uint32_t id, const uint8_t *p, size_t plen, uint32_t max_f
 			return k;
 		}
 		o->len += (size_t)k;
-		cur->listed++;
 	}
 	if (o->len)
 		pd_obuf_push(l, pd_obuf_fit(o));
@@ -129,9 +126,8 @@ static int build_keys(uint32_t id, const uint8_t *p, size_t plen, uint32_t max_f
 		pd_obuf_free(o);
 	if (cur->next < n)
 		return 1;
-	size_t listed = cur->listed;
 	pd_reply_cursor_clear(cur);
-	return ok_result(l, id, listed);
+	return ok_result(l, id, n);
 }
 
 static const struct {
@@ -165,7 +161,6 @@ int pd_reply_builtin(uint8_t type, uint32_t id, const uint8_t *p, size_t len, ui
 
 void pd_reply_cursor_clear(struct pd_reply_cursor *cur)
 {
-	pd_keyset_unref(cur->ks);
-	cur->ks = NULL;
-	cur->next = cur->listed = 0;
+	cur->keys = pd_keyinfos_unref(cur->keys);
+	cur->next = 0;
 }

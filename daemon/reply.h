@@ -19,14 +19,15 @@
 
 #include "obuf.h"
 
-struct pd_keyset;
+struct pd_keyinfos;
 
-/** Where a reply built a piece at a time stands: KEYS lists the key set of
- * its first piece (held here until its last) from key next on.  Zeroed by
- * its owner, which calls pd_reply_cursor_clear when done with it. */
+/** Where a reply built a piece at a time stands: KEYS lists the keys of
+ * the set loaded at its first piece (their public facts, held here until
+ * its last: keys.h) from entry next on.  Zeroed by its owner, which calls
+ * pd_reply_cursor_clear when done with it. */
 struct pd_reply_cursor {
-	size_t next, listed;
-	struct pd_keyset *ks;
+	size_t next;
+	struct pd_keyinfos *keys;
 };
 
 /** The most one piece of a reply built a piece at a time holds. */
@@ -34,15 +35,16 @@ struct pd_reply_cursor {
 
 /** Encode the reply to a built-in request of this type (payload p, len)
  * into out, its DATA frames at most max_frame each.  KEYS comes a piece
- * (PD_REPLY_PIECE octets at most) per call, so that a listing of 10,000
- * keys waits for a client that reads slowly as a cursor, not as 1 MB of
- * frames.  0: the reply is complete; 1: more to come (call again with the
- * same cursor once out is written); -ENOENT if the type is not a built-in
+ * (PD_REPLY_PIECE octets at most) per call, so that the writer's bounds
+ * (its watermark, max-write-buffer) stop a listing of 10,000 keys (1 MB)
+ * a piece past them, not a listing past them.  0: the reply is complete;
+ * 1: more to come (call again with the same cursor once out went to the
+ * writer); -ENOENT if the type is not a built-in
  * request (out untouched); -ENOMEM (out may hold frames: the caller clears
  * it). */
 int pd_reply_builtin(uint8_t type, uint32_t id, const uint8_t *p, size_t len, uint32_t max_frame,
                      struct pd_reply_cursor *cur, struct pd_obuf_list *out);
-/** Drop what cur holds (a key set) and zero it. */
+/** Drop what cur holds (a key listing) and zero it. */
 void pd_reply_cursor_clear(struct pd_reply_cursor *cur);
 /** Whether type is a built-in request (PING, STATS, KEYS). */
 bool pd_reply_is_builtin(uint8_t type);

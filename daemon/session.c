@@ -429,9 +429,11 @@ static void session_fail(struct pd_session *s, uint16_t status, const char *sent
  * Not under write pressure (the session's watermark, or the global pause
  * while it has output waiting): up to max-requests-per-connection of them
  * taken at once would each be built past both; on_write and resume() wake
- * the session.  A KEYS comes a piece at a time, each once the one before
- * was written, so that under the same pressure one waits as a piece, not
- * a listing of every key.  False: not now (or the session failed). */
+ * the session.  A KEYS comes a piece at a time, the next once the one
+ * before went to the writer and while the session is still not under
+ * pressure: a listing waits in the daemon as at most the watermark and a
+ * piece per session (max-write-buffer and a piece per session in all),
+ * not as every key.  False: not now (or the session failed). */
 static bool build_builtin(struct pd_session *s, struct pd_request *r)
 {
 	struct pd_obuf_list l = { 0 };
