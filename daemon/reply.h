@@ -39,9 +39,8 @@ struct pd_reply_cursor {
  * (its watermark, max-write-buffer) stop a listing of 10,000 keys (1 MB)
  * a piece past them, not a listing past them.  0: the reply is complete;
  * 1: more to come (call again with the same cursor once out went to the
- * writer); -ENOENT if the type is not a built-in
- * request (out untouched); -ENOMEM (out may hold frames: the caller clears
- * it). */
+ * writer); -ENOENT if the type is not a built-in request (out untouched);
+ * -ENOMEM (out may hold frames: the caller clears it). */
 int pd_reply_builtin(uint8_t type, uint32_t id, const uint8_t *p, size_t len, uint32_t max_frame,
                      struct pd_reply_cursor *cur, struct pd_obuf_list *out);
 /** Drop what cur holds (a key listing) and zero it. */
