@@ -6,6 +6,7 @@ import socket
 import ssl
 import struct
 import threading
+import time
 
 HELLO, ERROR, DECRYPT, DATA, END, PING, STATS, KEYS = 0x01, 0x02, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15
 METADATA, RESULT, PONG, KEY = 0x20, 0x21, 0x22, 0x23
@@ -285,3 +286,17 @@ def parse_prometheus(text):
             k, v = line.rsplit(" ", 1)
             vals[k] = float(v)
     return vals
+
+
+def stats_once_unsent_settles(probe, period=0.2):
+    """The daemon's stats (a Client's STATS, parsed) once
+    pgpdecd_unsent_bytes is above 0 and the same twice, period seconds
+    apart (at most 100 periods)."""
+    last, st = -1, None
+    for _ in range(100):
+        time.sleep(period)
+        st = parse_prometheus(probe.stats())
+        if st["pgpdecd_unsent_bytes"] == last and last > 0:
+            break
+        last = st["pgpdecd_unsent_bytes"]
+    return st

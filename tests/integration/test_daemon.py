@@ -654,20 +654,7 @@ def _fill_slow_readers(d, msg, n):
     slow = [d.client(timeout=60) for _ in range(n)]
     rids = [c.send_decrypt(msg) for c in slow]
     probe = d.client(timeout=30)
-    return slow, rids, probe, _stats_once_unsent_settles(probe)
-
-
-def _stats_once_unsent_settles(probe, period=0.2):
-    """The daemon's stats once pgpdecd_unsent_bytes is above 0 and the same
-    twice, period seconds apart (at most 100 periods)."""
-    last, st = -1, None
-    for _ in range(100):
-        time.sleep(period)
-        st = pdwire.parse_prometheus(probe.stats())
-        if st["pgpdecd_unsent_bytes"] == last and last > 0:
-            break
-        last = st["pgpdecd_unsent_bytes"]
-    return st
+    return slow, rids, probe, pdwire.stats_once_unsent_settles(probe)
 
 
 def test_global_write_budget(world, tmp_path):
@@ -731,7 +718,7 @@ def test_partly_written_buffer_counts_in_full(world, tmp_path):
         c = d.client(timeout=60)
         probe = d.client(timeout=30)
         rid = c.send_decrypt(msg)
-        st = _stats_once_unsent_settles(probe)  # all of the output made: nothing is throttled
+        st = pdwire.stats_once_unsent_settles(probe)  # all of the output made: nothing is throttled
         counted = int(st["pgpdecd_unsent_bytes"])
         assert c.buf == b""
         in_socket = struct.unpack("i", fcntl.ioctl(c.s.fileno(), termios.FIONREAD, b"\0" * 4))[0]
@@ -768,7 +755,7 @@ def _flood_keys(d, n_clients, frames=3000):
     for t in senders:
         t.start()
     probe = d.client(timeout=30)
-    return clients, probe, _stats_once_unsent_settles(probe, 0.3)
+    return clients, probe, pdwire.stats_once_unsent_settles(probe, 0.3)
 
 
 def _send_quietly(c, data):

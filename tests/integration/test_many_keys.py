@@ -239,13 +239,7 @@ def test_pipelined_keys_stop_at_the_watermark(ring, tmp_path):
         assert one > 16 << 10, one  # larger than the watermark's slack
         slow = d.client()
         slow.s.sendall(b"".join(pdwire.frame(pdwire.KEYS, 100 + j) for j in range(16)))
-        last, st = -1, None
-        for _ in range(50):
-            time.sleep(0.2)
-            st = pdwire.parse_prometheus(probe.stats())
-            if st["pgpdecd_unsent_bytes"] == last:
-                break
-            last = st["pgpdecd_unsent_bytes"]
+        st = pdwire.stats_once_unsent_settles(probe)
         held = st["pgpdecd_unsent_bytes"]
         print(f"one KEYS reply {one} octets; held {held:.0f} bytes with a 64 KiB watermark")
         assert 0 < held <= (64 << 10) + 2 * one, (held, one)
@@ -317,13 +311,7 @@ def test_keys_of_a_large_ring_wait_as_a_piece(big_ring, tmp_path):
         slow = [d.client() for _ in range(6)]
         for c in slow:
             c.send(pdwire.frame(pdwire.KEYS, 7))
-        last, st = -1, None
-        for _ in range(100):
-            time.sleep(0.2)
-            st = pdwire.parse_prometheus(probe.stats())
-            if st["pgpdecd_unsent_bytes"] == last:
-                break
-            last = st["pgpdecd_unsent_bytes"]
+        st = pdwire.stats_once_unsent_settles(probe)
         held = st["pgpdecd_unsent_bytes"]
         print(f"one KEYS reply {one} octets; six clients that do not read: {held:.0f} bytes held")
         # the cap, and a piece for each connection that was under it
