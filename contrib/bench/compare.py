@@ -56,6 +56,7 @@ Usage: contrib/bench/compare.sh [--quick] [--keys "rsa2048 rsa3072 rsa4096 cv255
             2-core VM under load)
   full (no --quick): every key, size and level, 20 runs per CLI tool on 4k
             and 1m, 3 on 64m, 3 s per measurement
+  --tools ""  no other tool: pgpdecd against the raw limits only
 Needs a build in $BUILD (default build/), gpg, sq, sqop, rnp, gosop, openssl,
 /usr/bin/time (package time), golang-go and golang-github-protonmail-go-crypto-dev.
 """
@@ -132,7 +133,7 @@ def parse_args(argv):
     o["keys"] = o["keys"] or (["rsa2048", "cv25519"] if q else list(KEYS))
     o["sizes"] = o["sizes"] or (["4k", "1m"] if q else list(SIZES))
     o["levels"] = [int(x) for x in (o["levels"] or (["1", "50"] if q else ["1", "50", "200"]))]
-    o["tools"] = o["tools"] or list(ALL_TOOLS)
+    o["tools"] = list(ALL_TOOLS) if o["tools"] is None else o["tools"]  # "": none
     o["seconds"] = o["seconds"] if o["seconds"] is not None else (1.0 if q else 3.0)
     o["runs"] = o["runs"] or (10 if q else 20)
     o["messages"] = o["messages"] or 8

@@ -93,16 +93,19 @@ static size_t emit(struct pd_cfb *c, const uint8_t *p, size_t n, uint8_t *out)
 static int run_sed(struct pd_cfb *c, const uint8_t *in, size_t inlen, size_t *ret_used,
                    uint8_t *out, size_t outcap, size_t *ret_out, bool eof)
 {
-	size_t used = 0, produced = 0;
+	size_t used = 0, produced = 0, touched = 0;
 	uint8_t tmp[STEP];
 
 	while (used < inlen && produced < outcap) {
 		size_t k = PD_MIN(PD_MIN(inlen - used, outcap - produced), sizeof(tmp));
 		if (!c->synced)
 			k = PD_MIN(k, c->prefix_left);
+		touched = PD_MAX(touched, k);
 		gcry_error_t e = gcry_cipher_decrypt(c->h, tmp, k, in + used, k);
-		if (e)
+		if (e) {
+			pd_wipe(tmp, touched);
 			return pd_err_from_gcry(e);
+		}
 		used += k;
 		produced += emit(c, tmp, k, out + produced);
 		if (!c->synced && c->prefix_left == 0) {
@@ -110,7 +113,7 @@ static int run_sed(struct pd_cfb *c, const uint8_t *in, size_t inlen, size_t *re
 			c->synced = true;
 		}
 	}
-	pd_wipe(tmp, sizeof(tmp));
+	pd_wipe(tmp, touched);
 	*ret_used = used;
 	*ret_out = produced;
 	if (eof && used == inlen) {
@@ -143,6 +146,7 @@ int pd_cfb_run(struct pd_cfb *c, const uint8_t *in, size_t inlen, size_t *ret_us
 {
 	size_t used = 0, produced = 0;
 	uint8_t tmp[MDC_LEN + STEP];
+	size_t touched = 0; /* of tmp: only that much is wiped (most calls never use it) */
 	int r = 0;
 
 	*ret_used = *ret_out = 0;
@@ -173,6 +177,7 @@ int pd_cfb_run(struct pd_cfb *c, const uint8_t *in, size_t inlen, size_t *ret_us
 			continue;
 		}
 		size_t k = PD_MIN(PD_MIN(inlen - used, room), (size_t)STEP), rel;
+		touched = PD_MAX(touched, c->hold_n + k);
 		r = mdc_round(c, tmp, in + used, k, &rel);
 		if (r < 0)
 			goto out;
@@ -201,6 +206,6 @@ int pd_cfb_run(struct pd_cfb *c, const uint8_t *in, size_t inlen, size_t *ret_us
 		r = 1;
 	}
 out:
-	pd_wipe(tmp, sizeof(tmp));
+	pd_wipe(tmp, touched);
 	return r;
 }
