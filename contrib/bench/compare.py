@@ -27,6 +27,14 @@ the other on this machine:
               and size) driven by `pgpdecd-client bench` at each concurrency
               level; peak RSS is the daemon's VmHWM, reset (clear_refs 5) to
               its current RSS before each row.
+  baseline    with --baseline DIR: the daemon of another build (DIR/daemon/
+              pgpdecd: an older commit, say) in the same rows, started and
+              measured the same way, before this build's daemon for each key
+              and size; --rounds R alternates the two R times.  The client,
+              pd-rsa-limit and the messages are this build's, so the rows
+              differ only in the daemon; each 4 KiB row has its own raw
+              neighbour, and a line after the table gives both daemons'
+              ratios round by round (before and after, from one run).
   gpg, sq, sqop, rnp, gosop
               one process per message, one after another (how they are used
               from scripts): gpg --decrypt with the agent running and the key
@@ -49,7 +57,7 @@ and max(c, --big-runs) requests per pgpdecd row.
 Usage: contrib/bench/compare.sh [--quick] [--keys "rsa2048 rsa3072 rsa4096 cv25519"]
          [--sizes "4k 1m 64m"] [--levels "1 50 200"] [--tools "gpg sq sqop rnp gosop gocrypto"]
          [--workers N] [--seconds S] [--runs N] [--big-runs N] [--messages N]
-         [--compress none|zlib] [--json FILE] [--keep]
+         [--compress none|zlib] [--json FILE] [--keep] [--baseline DIR [--rounds R]]
        contrib/bench/compare.sh --sizing-from FILE   (the sizing table again, from --json's FILE)
   --quick   rsa2048 and cv25519, 4k and 1m, levels 1 and 50, 10 runs per
             CLI tool, 1 s per measurement (about 1-3 minutes; 47 s on the
@@ -57,6 +65,10 @@ Usage: contrib/bench/compare.sh [--quick] [--keys "rsa2048 rsa3072 rsa4096 cv255
   full (no --quick): every key, size and level, 20 runs per CLI tool on 4k
             and 1m, 3 on 64m, 3 s per measurement
   --tools ""  no other tool: pgpdecd against the raw limits only
+  --baseline DIR  also the daemon of the build in DIR, alternating with
+            this build's (--rounds R times, default 1): before/after figures
+            from one run, e.g. --keys "rsa2048 cv25519" --sizes 4k --levels 50
+            --tools "" --baseline /tmp/old/build --rounds 3
 Needs a build in $BUILD (default build/), gpg, sq, sqop, rnp, gosop, openssl,
 /usr/bin/time (package time), golang-go and golang-github-protonmail-go-crypto-dev.
 """
@@ -94,7 +106,7 @@ def log(msg):
 def parse_args(argv):
     o = {"quick": False, "keys": None, "sizes": None, "levels": None, "tools": None,
          "workers": 2, "seconds": None, "runs": None, "big_runs": 3, "messages": None,
-         "json": None, "keep": False, "compress": "none"}
+         "json": None, "keep": False, "compress": "none", "baseline": None, "rounds": 1}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -106,7 +118,10 @@ def parse_args(argv):
         elif a in ("--keys", "--sizes", "--levels", "--tools"):
             o[a[2:]] = val().split()
             i += 1
-        elif a in ("--workers", "--runs", "--big-runs", "--messages"):
+        elif a == "--baseline":
+            o["baseline"] = os.path.abspath(val())
+            i += 1
+        elif a in ("--workers", "--runs", "--big-runs", "--messages", "--rounds"):
             try:
                 o[a[2:].replace("-", "_")] = int(val())
             except ValueError:
@@ -143,8 +158,14 @@ def parse_args(argv):
         s in SIZES or die(f"unknown size {s} (one of {' '.join(SIZES)})")
     for t in o["tools"]:
         t in ALL_TOOLS or die(f"unknown tool {t} (one of {' '.join(ALL_TOOLS)})")
-    if o["workers"] < 1 or o["runs"] < 1 or o["big_runs"] < 1 or o["messages"] < 1 or o["seconds"] <= 0:
-        die("--workers, --runs, --big-runs, --messages and --seconds must be positive")
+    if o["workers"] < 1 or o["runs"] < 1 or o["big_runs"] < 1 or o["messages"] < 1 or o["seconds"] <= 0 \
+            or o["rounds"] < 1:
+        die("--workers, --runs, --big-runs, --messages, --rounds and --seconds must be positive")
+    if o["baseline"]:
+        exe = os.path.join(o["baseline"], "daemon", "pgpdecd")
+        os.access(exe, os.X_OK) or die(f"--baseline: no {exe}")
+    elif o["rounds"] != 1:
+        die("--rounds goes with --baseline")
     return o
 
 
@@ -234,9 +255,9 @@ class Bench:
         die("openssl speed printed no X25519 line")
 
     # ---- pgpdecd ---------------------------------------------------------
-    def start_daemon(self, k):
+    def start_daemon(self, k, exe=None):
         self.sock = os.path.join(self.work, "pgpdecd.sock")
-        args = [self.pgpdecd, "--listen", f"unix:{self.sock}", "--workers", str(self.o["workers"]),
+        args = [exe or self.pgpdecd, "--listen", f"unix:{self.sock}", "--workers", str(self.o["workers"]),
                 "--log-level", "warning", "--max-connections", "4096", "--queue-length", "4096"]
         args += ["--key", self.keyfile[k]]
         self.dlog = open(os.path.join(self.work, "pgpdecd.log"), "wb")
@@ -277,7 +298,7 @@ class Bench:
                 return int(line.split()[1])
         return None
 
-    def bench_pgpdecd(self, k, s, raw):
+    def bench_pgpdecd(self, k, s, raw, label=""):
         msgs = self.msgs[k, s]
         big = SIZES[s] >= SIZES["64m"]
         # sanity: byte-exact through the daemon
@@ -301,12 +322,26 @@ class Bench:
             j = self.client_bench(c, req, msgs)
             if j["failed"]:
                 die(f"pgpdecd: {j['failed']} requests failed")
-            self.rows.append({"key": k, "size": s, "tool": f"pgpdecd, concurrency {c}", "level": c,
+            self.rows.append({"key": k, "size": s, "tool": f"pgpdecd{label}, concurrency {c}", "level": c,
+                              "label": label,
                               "n": j["requests"], "msgs_per_s": j["msgs_per_s"],
                               "mb_per_s": j["msgs_per_s"] * SIZES[s] / 1e6,
                               "p50": j["latency_ms"]["p50"], "p99": j["latency_ms"]["p99"],
                               "rss_kb": self.daemon_hwm_kb(), "rss_reset": reset, "raw": raw,
                               "raw_near": near})
+
+    def daemons(self):
+        """(daemon, row label) in the order they run for one key and size:
+        without --baseline this build's alone; with it, the baseline's then
+        this build's, --rounds times (the label of round 2 on ends in #R)."""
+        if not self.o["baseline"]:
+            return [(None, "")]
+        base = os.path.join(self.o["baseline"], "daemon", "pgpdecd")
+        out = []
+        for i in range(1, self.o["rounds"] + 1):
+            n = f" #{i}" if i > 1 else ""
+            out += [(base, f" (baseline){n}"), (None, n)]
+        return out
 
     def client_bench(self, c, req, msgs):
         r = self.run([self.client, "--socket", self.sock, "--timeout", "600", "bench", "--concurrency", str(c),
@@ -411,12 +446,13 @@ class Bench:
             for s in o["sizes"]:
                 # a fresh daemon per key and size: its peak RSS is this
                 # row's, not what an earlier row left in malloc's arenas
-                self.start_daemon(k)
-                try:
-                    self.bench_pgpdecd(k, s, None)
-                    self.stop_daemon(check=True)
-                finally:
-                    self.stop_daemon()
+                for exe, label in self.daemons():
+                    self.start_daemon(k, exe)
+                    try:
+                        self.bench_pgpdecd(k, s, None, label)
+                        self.stop_daemon(check=True)
+                    finally:
+                        self.stop_daemon()
             after = self.raw_limit(k)
             self.raws[k] = (before, after)
             raw = (before + after) / 2
@@ -433,12 +469,32 @@ class Bench:
                         self.bench_tool(t, k, s, raw)
         self.elapsed = time.time() - t_start
         self.table()
+        if o["baseline"]:
+            self.before_after()
         if o["json"]:
             with open(o["json"], "w") as f:
-                json.dump({"workers": o["workers"], "raw": self.raws, "rows": self.rows}, f, indent=1)
+                json.dump({"workers": o["workers"], "raw": self.raws, "rows": self.rows,
+                           "baseline": o["baseline"]}, f, indent=1)
         if 50 in o["levels"]:
             print()
             sizing(self.rows, o["workers"])
+
+    def before_after(self):
+        """One line per key, size and level: the ratio to the raw limit of
+        the baseline's daemon and of this build's, round by round, and their
+        medians."""
+        print()
+        print(f"Before/after (ratio to the raw limit; baseline {self.o['baseline']}, then this build, "
+              f"{self.o['rounds']} round(s) alternating):")
+        for k in self.o["keys"]:
+            for s in self.o["sizes"]:
+                for c in self.o["levels"]:
+                    rs = [r for r in self.rows if (r["key"], r["size"], r["level"]) == (k, s, c)]
+                    base = [r["msgs_per_s"] / r["raw"] for r in rs if r["label"].startswith(" (baseline)")]
+                    head = [r["msgs_per_s"] / r["raw"] for r in rs if not r["label"].startswith(" (baseline)")]
+                    pairs = ", ".join(f"{b:.3f} -> {h:.3f}" for b, h in zip(base, head))
+                    print(f"  {KEYS[k]} {s} concurrency {c}: {pairs}; medians {statistics.median(base):.3f} -> "
+                          f"{statistics.median(head):.3f}")
 
     def table(self):
         o = self.o
@@ -451,7 +507,8 @@ class Bench:
         print("Raw limits (ops/s, {} threads, before/after the pgpdecd rows): ".format(o["workers"]) +
               "; ".join(f"{KEYS[k]} {'pd-rsa-limit openssl' if k.startswith('rsa') else 'openssl speed ecdhx25519'} "
                         f"{b:.0f}/{a:.0f}" for k, (b, a) in self.raws.items()))
-        near = [f"{KEYS[r['key']]} {r['tool'].split()[-1]}: {r['raw_near']:.0f}" for r in self.rows if r.get("raw_near")]
+        lab = lambda r: (r.get("label", "").strip() + " ").lstrip()
+        near = [f"{KEYS[r['key']]} {lab(r)}{r['level']}: {r['raw_near']:.0f}" for r in self.rows if r.get("raw_near")]
         if near:
             print("Raw limit just before each 4k pgpdecd row (its ratio is to that figure; every other row's is "
                   "to the mean of before/after): " + "; ".join(near))

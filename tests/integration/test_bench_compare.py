@@ -88,3 +88,43 @@ def test_compare_refuses_unknown_options():
     assert p.returncode == 64 and "unknown option --no-such-option" in p.stderr
     p = subprocess.run(["sh", COMPARE, "--keys", "rsa1024"], capture_output=True, text=True, timeout=30)
     assert p.returncode == 1 and "unknown key rsa1024" in p.stderr
+
+
+def test_compare_baseline_alternates_daemons(tmp_path):
+    """--baseline DIR --rounds 2 with --tools "": the daemon of DIR and this
+    build's, alternating, and no other tool; the before/after line gives
+    each round's two ratios, which are the table's.  The baseline here is a
+    copy of this build's daemon under another directory (the rows must come
+    from it: its path is in the line), so both columns are real runs."""
+    base = tmp_path / "base"
+    (base / "daemon").mkdir(parents=True)
+    exe = base / "daemon" / "pgpdecd"
+    exe.write_bytes((BUILD / "daemon" / "pgpdecd").read_bytes())
+    exe.chmod(0o755)
+    p = subprocess.run(["sh", COMPARE, "--keys", "cv25519", "--sizes", "4k", "--levels", "1", "--tools", "",
+                        "--seconds", "0.3", "--messages", "2", "--baseline", str(base), "--rounds", "2"],
+                       env=dict(os.environ, BUILD=str(BUILD)), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = p.stdout.splitlines()
+    rows = [[c.strip() for c in l.strip("|").split("|")] for l in lines
+            if l.startswith("| cv25519 | 4k | ")]
+    who = [r[2] for r in rows]
+    assert who == ["pgpdecd (baseline), concurrency 1", "pgpdecd, concurrency 1",
+                   "pgpdecd (baseline) #2, concurrency 1", "pgpdecd #2, concurrency 1"], who
+    ratio = {r[2]: float(r[9]) for r in rows}
+    i = lines.index(next(l for l in lines if l.startswith("Before/after")))
+    assert str(base) in lines[i] and "2 round(s)" in lines[i], lines[i]
+    m = re.fullmatch(r"  cv25519 4k concurrency 1: ([\d.]+) -> ([\d.]+), ([\d.]+) -> ([\d.]+); "
+                     r"medians ([\d.]+) -> ([\d.]+)", lines[i + 1])
+    assert m, lines[i + 1]
+    got = [float(x) for x in m.groups()[:4]]
+    want = [ratio[w] for w in who]
+    assert all(abs(g - w) <= 0.0015 + 0.005 * w for g, w in zip(got, want)), (got, want)
+    # the sizing table counts this build's first round only
+    sizing = [l for l in lines if l.startswith("Sizing: ")]
+    assert not sizing  # no concurrency 50 among the levels
+    p = subprocess.run(["sh", COMPARE, "--rounds", "2"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1 and "--rounds goes with --baseline" in p.stderr, p.stderr
+    p = subprocess.run(["sh", COMPARE, "--baseline", str(tmp_path / "nothing")], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 1 and "--baseline: no " in p.stderr, p.stderr
