@@ -757,6 +757,7 @@ static int build_listing(struct pd_keyset *ks)
 	}
 	atomic_init(&ks->infos->n_ref, 1);
 	ks->infos->n = 0;
+	bool full = false;
 	*p = 0;
 	for (size_t i = 0; i < ks->count; i++) {
 		struct pd_keyinfo ki;
@@ -766,10 +767,15 @@ static int build_listing(struct pd_keyset *ks)
 		ks->infos->v[ks->infos->n++] = ki;
 		hex(fpr, ki.fpr, ki.fpr_len <= 32 ? ki.fpr_len : 32);
 		hex(pfpr, ki.primary_fpr, ki.primary_fpr_len <= 32 ? ki.primary_fpr_len : 32);
+		if (full)
+			continue; /* the text stopped; KEYS (infos) still lists every key */
 		int n = snprintf(p, cap - (size_t)(p - s), "%s %s %u %s\n", fpr,
 		                 ki.curve[0] ? ki.curve : pd_pk_name(ki.pk_algo), ki.bits, pfpr);
-		if (n < 0 || (size_t)n >= cap - (size_t)(p - s))
-			break;
+		if (n < 0 || (size_t)n >= cap - (size_t)(p - s)) {
+			*p = 0;
+			full = true;
+			continue;
+		}
 		p += n;
 	}
 	ks->listing = s;
