@@ -392,8 +392,10 @@ static void job_result(struct pd_request *r, struct frame_writer *fw, int err, s
 	struct pd_result res = { 0 };
 
 	close_frame(fw);
-	if (err < 0 && r->verified_only)
-		fw->o->len = 0; /* no plaintext at all unless verified */
+	if (err < 0 && r->verified_only) { /* no plaintext at all unless verified */
+		explicit_bzero(fw->o->data, fw->o->len); /* a free wipes only up to len */
+		fw->o->len = 0;
+	}
 	res.status = pd_status_from_err(err);
 	res.integrity = (uint8_t)info->integrity;
 	res.bytes_in = info->bytes_in;
@@ -691,7 +693,13 @@ static void job_done(struct pd_job *j)
 		pd_obuf_list_clear(&r->outq);
 		held_release(r);
 	} else if (r->verified_only) {
-		o = hold(r, o);
+		/* A job that made no plaintext (its ciphertext was all headers,
+		 * or came an octet at a time) holds nothing: its empty buffer is
+		 * freed below, so it must not take the budget (it took its whole
+		 * size, and kept it until the answer: a trickler shut out every
+		 * other verified-only request). */
+		if (o && o->len)
+			o = hold(r, o);
 		if (r->job_terminal && r->held_over) { /* verified, but too much to hold */
 			char why[160];
 			snprintf(why, sizeof(why), r->held_over == PD_ST_LIMIT ?
@@ -763,7 +771,7 @@ static void grow_buffers(struct pd_request *r)
 /* A job writes at most out_cap, and no more than the session can still
  * take below its write-high-watermark with what is queued here: a client
  * that reads slowly sees the unsent output bounded as with request-buffer
- * alone (the watermark and about one request-buffer), a fast one gets the
+ * alone (the watermark and two request-buffers), a fast one gets the
  * large hand-offs.  Only the head request's output is written now: the
  * others hold theirs until they are head and it is then written at once,
  * so they keep request-buffer (two of it held, as before).  Verified-only

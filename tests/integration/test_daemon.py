@@ -924,6 +924,43 @@ def test_trickled_verified_only_output_is_counted_as_memory(world, tmp_path):
         assert d.stop() == 0
 
 
+
+def test_verified_only_output_without_plaintext_holds_nothing(world, tmp_path):
+    """A verified-only job that makes no plaintext (its ciphertext came an
+    octet at a time and was all headers so far) took its whole output
+    buffer, ~144 KiB, from max-verified-total and kept it until the answer:
+    a few connections trickling the first octets of a message shut every
+    other client out of verified-only delivery (from the review: 66 MB of
+    a 64M total held by four such requests, none of it plaintext).  Now
+    only held plaintext counts."""
+    plain, msg = world["msgs"][3]  # 4 KiB, armored: its first 16 octets are header
+    big_plain, big_msg = world["msgs"][5]  # 1 MiB, binary
+    d = Daemon(world, tmp_path, "--max-verified-total", "3M")
+    try:
+        probe = d.client()
+        jobs0 = pdwire.parse_prometheus(probe.stats())["pgpdecd_jobs_total"]
+        c = d.client()
+        rid = c.new_id()
+        c.send(pdwire.frame(pdwire.DECRYPT, rid, struct.pack(">I", pdwire.F_VERIFIED_ONLY)))
+        for i in range(16):
+            c.send(pdwire.frame(pdwire.DATA, rid, msg[i:i + 1]))
+            time.sleep(0.005)  # a read, and a job, per octet
+        time.sleep(0.2)
+        st = pdwire.parse_prometheus(probe.stats())
+        print(f"after the trickle: held {st['pgpdecd_verified_held_bytes']:.0f}, "
+              f"jobs {st['pgpdecd_jobs_total'] - jobs0:.0f}")
+        assert st["pgpdecd_jobs_total"] - jobs0 >= 8, st  # the octets made jobs
+        assert st["pgpdecd_verified_held_bytes"] == 0, st  # was ~144 KiB a job
+        # another client's verified-only message still has the budget
+        got, res, _ = d.client(timeout=60).decrypt(big_msg, pdwire.F_VERIFIED_ONLY)
+        check_ok(got, res, big_plain)
+        c.send(pdwire.frame(pdwire.DATA, rid, msg[16:]) + pdwire.frame(pdwire.END, rid))
+        got, res, _ = c.read_reply(rid)
+        check_ok(got, res, plain)
+        assert pdwire.parse_prometheus(probe.stats())["pgpdecd_verified_held_bytes"] == 0
+    finally:
+        assert d.stop() == 0
+
 def vanish(c):
     """What the daemon sees when a client process dies.  shutdown() first:
     close() alone only drops this thread's reference to the socket while a
