@@ -663,10 +663,17 @@ struct unlock_all {
 	atomic_size_t failed_at;
 };
 
+/* Set once the daemon stops: a reload then unlocks nothing more. */
+static atomic_bool load_cancelled;
+
+void pd_keyset_load_cancel(void) { atomic_store(&load_cancelled, true); }
+
 static void *unlock_thread(void *arg)
 {
 	struct unlock_all *u = arg;
 	for (;;) {
+		if (atomic_load(&load_cancelled))
+			return NULL;
 		size_t i = atomic_fetch_add(&u->next, 1);
 		if (i >= u->n || i > atomic_load(&u->failed_at))
 			return NULL;
@@ -733,6 +740,8 @@ static int add_files(struct load *L, enum pd_rsa_backend be, char **files, size_
 	for (unsigned t = 1; t <= started; t++)
 		pthread_join(th[t], NULL);
 	free(th);
+	if (atomic_load(&load_cancelled))
+		r = fail(L, -ECANCELED, "the daemon is stopping");
 	/* 3: finish, in order */
 	for (size_t i = 0; i < n && r == 0; i++, L->nfiles_done++)
 		r = finish_file(L, &jobs[i]);

@@ -27,6 +27,10 @@ struct pd_keyinfos;
  * workers: the pool's threads (0: PD_MAX_WORKERS); each key keeps prepared
  * per-worker state for that many (pd_keyring_set_workers). */
 int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, unsigned workers, char *err, size_t errlen);
+/** The daemon is stopping: a load in progress (a reload) unlocks no
+ * further key file and fails with -ECANCELED (the files being unlocked
+ * finish their S2K first).  Any thread; final. */
+void pd_keyset_load_cancel(void);
 /** secmem-size 0 (the default): the secure memory the key files of c
  * want, at start.  Twice the bytes of the key files (an unlocked key takes
  * up to about 1.6 times its file's size in libgcrypt's secure memory and

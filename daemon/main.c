@@ -108,6 +108,8 @@ static void stop(int signum)
 	pd_d.stopping = true;
 	pd_log_info("SYS", "%s: stopping; %u messages in progress, %u connections",
 	            strsignal(signum), pd_adm_slots(), pd_sessions_count());
+	if (m.reloading) /* its result would not be used: stop unlocking keys */
+		pd_keyset_load_cancel();
 	pd_notify_stopping();
 	pd_listeners_stop();
 	pd_metrics_stop();
@@ -232,7 +234,13 @@ static void reload_done(uv_async_t *h)
 		return;
 	pthread_join(m.reload_thread, NULL);
 	m.reloading = false;
-	if (m.reload_err == 0) {
+	if (pd_d.stopping) { /* cancelled, or finished as the daemon stops: not installed */
+		pd_keyset_unref(m.new_keys);
+		if (m.new_tls)
+			pd_tls_creds_unref(m.new_tls);
+		pd_config_free(m.new_cfg);
+		pd_log_info("SYS", "reload abandoned: the daemon is stopping");
+	} else if (m.reload_err == 0) {
 		struct pd_config *old = pd_d.cfg;
 		if (!strv_eq(&old->listen, &m.new_cfg->listen) || old->workers != m.new_cfg->workers ||
 		    old->secmem_size != m.new_cfg->secmem_size || !str_eq(old->metrics_listen, m.new_cfg->metrics_listen) ||
@@ -262,7 +270,8 @@ static void reload_done(uv_async_t *h)
 	m.new_keys = NULL;
 	m.new_tls = NULL;
 	explicit_bzero(m.reload_msg, sizeof(m.reload_msg));
-	pd_notify_ready();
+	if (!pd_d.stopping) /* STOPPING=1 was said: no READY=1 after it */
+		pd_notify_ready();
 	if (m.reload_again && !pd_d.stopping) {
 		m.reload_again = false;
 		start_reload();
