@@ -64,7 +64,14 @@ struct pd_keyset {
 	size_t nfiles;
 	char **src;    /* per key: the key file it came from */
 	size_t nsrc;
+	size_t nkeyfiles; /* key files its load read: its share of live_keyfiles */
 };
+
+/* Key files of the sets alive (in use, or held by requests that began
+ * with them): what fills secure memory besides a load's own keys.  A
+ * reload loads the new set beside the old, so a size that only fits one
+ * set makes every reload fail (from the review). */
+static atomic_size_t live_keyfiles;
 
 /* Read a whole file into secure memory (key files may hold unprotected
  * secret keys, passphrase files always hold secrets). */
@@ -543,12 +550,13 @@ static void size_text(char *out, size_t cap, uint64_t n)
 }
 
 /* A key that does not fit in secure memory: say which option to set and
- * to what.  The keys loaded so far filled it, so the whole load needs
- * about files/done times as much (and a margin). */
+ * to what.  The sets alive and the keys this load unlocked so far filled
+ * it; the size to set holds two sets of this load's files (a reload loads
+ * the new beside the old) and a margin. */
 static int fail_nomem(struct load *L, const char *path)
 {
-	size_t size = pd_secmem_size(), done = L->nfiles_done ? L->nfiles_done : 1;
-	uint64_t want = (uint64_t)size * L->nfiles_total / done * 5 / 4;
+	size_t size = pd_secmem_size(), done = L->nfiles_done + atomic_load(&live_keyfiles);
+	uint64_t want = (uint64_t)size * 2 * L->nfiles_total / (done ? done : 1) * 5 / 4;
 	char now[32], need[32];
 
 	want = (want + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
@@ -922,6 +930,8 @@ int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, unsigned w
 		keyset_free(L.ks); /* here: a load blocks anyway, and pd_lib_deinit may follow */
 		return r;
 	}
+	L.ks->nkeyfiles = L.nfiles_total;
+	atomic_fetch_add(&live_keyfiles, L.ks->nkeyfiles);
 	*ret = L.ks;
 	return 0;
 }
@@ -934,6 +944,7 @@ struct pd_keyset *pd_keyset_ref(struct pd_keyset *ks)
 
 static void keyset_free(struct pd_keyset *ks)
 {
+	atomic_fetch_sub(&live_keyfiles, ks->nkeyfiles); /* 0 for a failed load's */
 	for (size_t i = 0; i < ks->nsrc; i++)
 		free(ks->src[i]);
 	free(ks->src);

@@ -150,6 +150,34 @@ def test_secure_memory_too_small_says_what_to_set(ring, tmp_path):
         assert d.stop() == 0
 
 
+
+def test_secure_memory_size_named_holds_a_reload(tmp_path):
+    """The size the refusal names must let the daemon reload: a reload
+    loads the new set beside the old.  It named room for one set (from
+    the review: 899 keys, 2M named, and every SIGHUP then failed, naming
+    4M).  900 keys of RSA-3072, RSA-4096 and cv25519."""
+    base = tmp_path / "big"
+    subprocess.run(["/usr/bin/python3", os.path.join(SRC, "contrib/bench/mkring.py"), str(base),
+                    "--count", "900", "--mix", "1,1,1,0", "--rsa-pool", "1", "--protected", "0"],
+                   check=True, capture_output=True)
+    code, err = refused(tmp_path, "--keydir", base / "keys", "--secmem-size", "256K")
+    assert code == 78, err
+    m = re.search(r"set secmem-size = (\d+M) in the configuration", err)
+    assert m, err[-3000:]
+    d = Daemon(tmp_path, "--keydir", base / "keys", "--secmem-size", m.group(1), "--log-level", "info")
+    try:
+        assert "900 decryption keys loaded" in d.text()
+        for n in (1, 2):
+            d.proc.send_signal(signal.SIGHUP)
+            deadline = time.time() + 120
+            while d.text().count("reloaded:") + d.text().count("reload failed") < n:
+                assert time.time() < deadline, d.text()[-3000:]
+                time.sleep(0.05)
+            assert "reload failed" not in d.text(), d.text()[-3000:]
+    finally:
+        assert d.stop() == 0
+
+
 def test_secure_memory_sized_from_key_files(ring, tmp_path):
     keys = ring["keys"]
     total = sum(os.path.getsize(keys / r[0]) for r in ring["rows"])
