@@ -170,6 +170,8 @@ PD_API enum pd_ecdh_backend pd_keyring_ecdh_backend(const struct pd_keyring *kr)
  * and freed per operation.  A new ring has PD_MAX_WORKERS; a process with
  * fewer workers sets its count, so that a key holds n slots and not 256
  * (4 KiB per RSA key, 2 KiB per ECDH key: 40-60 MiB over 10,000 keys).
+ * What fills a slot (an OpenSSL context, 0.5-2.6 KiB) is kept for at most
+ * 1,024 keys per worker; past that a worker makes it per operation.
  * -EINVAL for 0 or more than PD_MAX_WORKERS, -EBUSY once the ring holds
  * keys. */
 PD_API int pd_keyring_set_workers(struct pd_keyring *kr, unsigned n);

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Per-thread handle cache: see worker.h. */
+#include <assert.h>
+#include <stdatomic.h>
+
 #include "worker.h"
 
 #define CACHE_MAX 16
@@ -25,6 +28,36 @@ struct pd_worker {
 	struct block blocks[BLOCKS_MAX];
 	unsigned evict; /* the block a full cache frees next */
 };
+
+/* Per-key state kept per worker index: see worker.h.  Taken by the worker
+ * itself, given back by whichever thread frees a key. */
+static atomic_uint key_states[PD_MAX_WORKERS];
+static atomic_uint key_states_cap = PD_WORKER_KEY_STATES;
+
+bool pd_worker_key_state_take(unsigned index)
+{
+	if (index >= PD_MAX_WORKERS)
+		return false;
+	unsigned v = atomic_load(&key_states[index]), cap = atomic_load(&key_states_cap);
+	do {
+		if (v >= cap)
+			return false;
+	} while (!atomic_compare_exchange_weak(&key_states[index], &v, v + 1));
+	return true;
+}
+
+void pd_worker_key_state_give(unsigned index)
+{
+	if (index >= PD_MAX_WORKERS)
+		return;
+	unsigned old = atomic_fetch_sub(&key_states[index], 1);
+	assert(old > 0);
+	(void)old;
+}
+
+unsigned pd__worker_key_states(unsigned index) { return index < PD_MAX_WORKERS ? atomic_load(&key_states[index]) : 0; }
+
+void pd__worker_key_states_cap(unsigned cap) { atomic_store(&key_states_cap, cap ? cap : PD_WORKER_KEY_STATES); }
 
 int pd_err_from_gcry(gcry_error_t e)
 {

@@ -20,6 +20,21 @@
 PD_HIDDEN unsigned pd_worker_index(const struct pd_worker *w);
 /** This worker's helper (pd_worker_set_helper), or NULL; NULL w gives NULL. */
 PD_HIDDEN const struct pd_helper *pd_worker_helper(const struct pd_worker *w);
+/** Prepared per-key state a worker keeps (an OpenSSL context in its slot
+ * of a key: pgp/key.h) is counted per worker index, at most
+ * PD_WORKER_KEY_STATES keys each: past that a worker makes the state per
+ * operation and frees it after (the same result, a little slower), so
+ * what messages naming many keys make a worker keep is bounded by the
+ * worker count, not by the ring's size times it (from the review: 2.6 KiB
+ * per NIST key, 0.7 KiB per X25519 key, for every key a message names).
+ * Take before filling a slot (false: make a one-off instead); give back
+ * when the slot's state is freed, from any thread. */
+#define PD_WORKER_KEY_STATES 1024
+PD_HIDDEN bool pd_worker_key_state_take(unsigned index);
+PD_HIDDEN void pd_worker_key_state_give(unsigned index);
+/** Tests: the count of worker index, and a lower cap (0: the default). */
+PD_HIDDEN unsigned pd__worker_key_states(unsigned index);
+PD_HIDDEN void pd__worker_key_states_cap(unsigned cap);
 /** Take an opened cipher handle (GCRY_CIPHER_SECURE) for algo/mode/flags;
  * NULL w is allowed (opens a new one).  Returns 0 or a negative error. */
 PD_HIDDEN int pd_worker_take_cipher(struct pd_worker *w, int algo, int mode, unsigned flags,

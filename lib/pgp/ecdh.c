@@ -276,7 +276,10 @@ void pd_ecdh_cleanup(struct pd_key *k)
 		return;
 	if (k->ecdh_ctx) {
 		for (size_t i = 0; i < k->slots; i++)
-			ecdh_worker_free(k->ecdh_ctx[i]);
+			if (k->ecdh_ctx[i]) {
+				ecdh_worker_free(k->ecdh_ctx[i]);
+				pd_worker_key_state_give((unsigned)i);
+			}
 		free(k->ecdh_ctx);
 		k->ecdh_ctx = NULL;
 	}
@@ -360,8 +363,9 @@ static int derive_openssl(const struct pd_key *k, unsigned worker, const uint8_t
 			goto out;
 		}
 		/* Only worker `worker` ever touches this slot (pgp/key.h), so the
-		 * lazy fill needs no lock; out-of-range callers get a one-off. */
-		if (worker < k->slots)
+		 * lazy fill needs no lock; out-of-range callers, and a worker
+		 * that keeps state for as many keys as it may, get a one-off. */
+		if (worker < k->slots && pd_worker_key_state_take(worker))
 			k->ecdh_ctx[worker] = ew;
 		else
 			tmp = ew;

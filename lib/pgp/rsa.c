@@ -177,7 +177,7 @@ static int decrypt_openssl(const struct pd_key *k, unsigned worker, const uint8_
 		}
 		/* Only worker `worker` ever touches this slot (pgp/key.h), so the
 		 * lazy fill needs no lock; out-of-range callers get a one-off. */
-		if (own_slot(k, worker))
+		if (own_slot(k, worker) && pd_worker_key_state_take(worker))
 			((struct pd_key *)k)->rsa_ctx[worker] = ctx;
 		else
 			tmp = ctx;
@@ -790,8 +790,10 @@ void pd_rsa_cleanup(struct pd_key *k)
 	if (!k)
 		return;
 	for (size_t i = 0; i < k->slots; i++) {
-		if (k->rsa_ctx)
+		if (k->rsa_ctx && k->rsa_ctx[i]) {
 			EVP_PKEY_CTX_free(k->rsa_ctx[i]);
+			pd_worker_key_state_give((unsigned)i);
+		}
 		if (k->rsa_crtw && k->rsa_crtw[i] != SPLIT_OFF)
 			crtw_free(k->rsa_crtw[i]);
 	}

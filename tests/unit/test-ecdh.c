@@ -20,6 +20,7 @@
 
 #include "pd-config.h"
 #include "pgp/ecdh.h"
+#include "worker.h"
 
 static const enum pd_ecdh_backend backends[] = { PD_ECDH_OPENSSL, PD_ECDH_GCRYPT };
 
@@ -441,6 +442,49 @@ static void test_worker_slots(void **state)
 	pd_keyring_free(kr);
 }
 
+/* A worker keeps prepared state for at most its cap of keys (worker.h):
+ * each key a message named kept a context in that worker's slot until the
+ * key was freed, so messages naming many keys made every worker hold one
+ * per key (from the review).  Past the cap the derive is the same, with a
+ * one-off context; a freed key's state is given back. */
+static void test_worker_key_state_cap(void **state)
+{
+	(void)state;
+	const unsigned W = 7;
+	struct pd_key *k[3];
+	uint8_t out[32], want[32];
+	const uint8_t peer[32] = { 9 };
+	pd__worker_key_states_cap(2);
+	unsigned base = pd__worker_key_states(W);
+	assert_int_equal(base, 0);
+	for (size_t i = 0; i < 3; i++) {
+		k[i] = mkey(false, false, NULL, PD_ECDH_OPENSSL);
+		assert_int_equal(pd_ecdh_derive(k[i], W, peer, 32, out, 32), 0);
+		assert_memory_equal(out, k[i]->q, 32); /* the base point gives the public key */
+	}
+	assert_non_null(k[0]->ecdh_ctx[W]);
+	assert_non_null(k[1]->ecdh_ctx[W]);
+	assert_null(k[2]->ecdh_ctx[W]); /* over the cap: a one-off */
+	assert_int_equal(pd__worker_key_states(W), 2);
+	/* other workers have their own count */
+	assert_int_equal(pd_ecdh_derive(k[2], W + 1, peer, 32, out, 32), 0);
+	assert_non_null(k[2]->ecdh_ctx[W + 1]);
+	assert_int_equal(pd__worker_key_states(W + 1), 1);
+	/* a freed key gives its states back; the next key may keep one */
+	kfree(k[0]);
+	assert_int_equal(pd__worker_key_states(W), 1);
+	memcpy(want, k[2]->q, 32);
+	assert_int_equal(pd_ecdh_derive(k[2], W, peer, 32, out, 32), 0);
+	assert_memory_equal(out, want, 32);
+	assert_non_null(k[2]->ecdh_ctx[W]);
+	assert_int_equal(pd__worker_key_states(W), 2);
+	kfree(k[1]);
+	kfree(k[2]);
+	assert_int_equal(pd__worker_key_states(W), 0);
+	assert_int_equal(pd__worker_key_states(W + 1), 0);
+	pd__worker_key_states_cap(0);
+}
+
 /* PD_ECDH_BACKEND and the key ring's setter reach the keys it loads. */
 static void test_choice(void **state)
 {
@@ -543,6 +587,7 @@ int main(void)
 		cmocka_unit_test(test_weierstrass),
 		cmocka_unit_test(test_choice),
 		cmocka_unit_test(test_worker_slots),
+		cmocka_unit_test(test_worker_key_state_cap),
 		cmocka_unit_test(test_threads),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
