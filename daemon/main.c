@@ -239,6 +239,9 @@ static void reload_done(uv_async_t *h)
 		if (m.new_tls)
 			pd_tls_creds_unref(m.new_tls);
 		pd_config_free(m.new_cfg);
+		if (m.reload_err && m.reload_err != -ECANCELED) /* it had failed first: say why */
+			pd_log_err("SYS", "reload failed: %s",
+			           m.reload_err == 1 ? "--help/--version in arguments" : m.reload_msg);
 		pd_log_info("SYS", "reload abandoned: the daemon is stopping");
 	} else if (m.reload_err == 0) {
 		struct pd_config *old = pd_d.cfg;

@@ -944,12 +944,15 @@ def test_verified_only_output_without_plaintext_holds_nothing(world, tmp_path):
         c.send(pdwire.frame(pdwire.DECRYPT, rid, struct.pack(">I", pdwire.F_VERIFIED_ONLY)))
         for i in range(16):
             c.send(pdwire.frame(pdwire.DATA, rid, msg[i:i + 1]))
-            time.sleep(0.005)  # a read, and a job, per octet
-        time.sleep(0.2)
+            # a job per octet: wait until it ran (however loaded the machine)
+            deadline = time.time() + 10
+            while pdwire.parse_prometheus(probe.stats())["pgpdecd_jobs_total"] < jobs0 + i + 1:
+                assert time.time() < deadline, f"no job for octet {i}"
+                time.sleep(0.002)
         st = pdwire.parse_prometheus(probe.stats())
         print(f"after the trickle: held {st['pgpdecd_verified_held_bytes']:.0f}, "
               f"jobs {st['pgpdecd_jobs_total'] - jobs0:.0f}")
-        assert st["pgpdecd_jobs_total"] - jobs0 >= 8, st  # the octets made jobs
+        assert st["pgpdecd_jobs_total"] - jobs0 == 16, st  # one per octet, none with plaintext
         assert st["pgpdecd_verified_held_bytes"] == 0, st  # was ~144 KiB a job
         # another client's verified-only message still has the budget
         got, res, _ = d.client(timeout=60).decrypt(big_msg, pdwire.F_VERIFIED_ONLY)

@@ -17,6 +17,7 @@
 
 #include "pd-config.h"
 #include "pgp/rsa.h"
+#include "worker.h"
 
 static uint8_t *load(const char *name, size_t *ret_len)
 {
@@ -134,14 +135,19 @@ static void test_worker_slots(void **state)
 	const struct pd_key *k = subkey(kr);
 	assert_int_equal(k->slots, 2);
 	uint8_t o1[256], o2[256], o3[256];
+	/* each filled slot is counted for its worker (worker.h), and given back when the key goes */
+	unsigned b0 = pd__worker_key_states(0), b1 = pd__worker_key_states(1), b2 = pd__worker_key_states(2);
 	assert_int_equal(pd_rsa_decrypt_raw(k, 1, NULL, c, klen, o1, klen), 0);
 	assert_non_null(k->rsa_ctx[1]);
 	assert_null(k->rsa_ctx[0]);
+	assert_int_equal(pd__worker_key_states(1), b1 + 1);
 	assert_int_equal(pd_rsa_decrypt_raw(k, 2, NULL, c, klen, o2, klen), 0);
 	assert_memory_equal(o1, o2, klen);
+	assert_int_equal(pd__worker_key_states(2), b2); /* past the slots: a one-off */
 	assert_int_equal(pd_rsa_decrypt_raw(k, 0, NULL, c, klen, o3, klen), 0);
 	assert_memory_equal(o1, o3, klen);
 	assert_non_null(k->rsa_ctx[0]);
+	assert_int_equal(pd__worker_key_states(0), b0 + 1);
 	/* rings of different worker counts do not merge */
 	assert_int_equal(pd_keyring_new(&other, PD_RSA_OPENSSL), 0);
 	assert_int_equal(pd_keyring_merge(kr, other, detail, sizeof(detail)), -EINVAL);
@@ -152,6 +158,8 @@ static void test_worker_slots(void **state)
 	assert_int_equal(subkey(dflt)->slots, PD_MAX_WORKERS);
 	pd_keyring_free(dflt);
 	pd_keyring_free(kr);
+	assert_int_equal(pd__worker_key_states(0), b0);
+	assert_int_equal(pd__worker_key_states(1), b1);
 	free(buf);
 	free(msg);
 }
