@@ -176,7 +176,8 @@ static int decrypt_openssl(const struct pd_key *k, unsigned worker, const uint8_
 			return pd_ossl_error(PD_EINTERNAL);
 		}
 		/* Only worker `worker` ever touches this slot (pgp/key.h), so the
-		 * lazy fill needs no lock; out-of-range callers get a one-off. */
+		 * lazy fill needs no lock; out-of-range callers, and a worker
+		 * that keeps state for as many keys as it may, get a one-off. */
 		if (own_slot(k, worker) && pd_worker_key_state_take(worker))
 			((struct pd_key *)k)->rsa_ctx[worker] = ctx;
 		else
