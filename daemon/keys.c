@@ -480,6 +480,15 @@ static int pass_source(struct load *L, const char *path, const struct stat *st, 
 }
 
 /* Step 1, in file order: which passphrase unlocks path. */
+/* Secrets every local user may read: said on each load (the daemon loads
+ * them all the same, as gpg does; ssh refuses such a key). */
+static void warn_open_secret(const char *what, const char *path, const struct stat *st)
+{
+	if (st->st_mode & (S_IROTH | S_IWOTH))
+		pd_log_warn("SYS", "%s %s is open to other users (mode %04o): anyone on this host can read or "
+		            "change its secrets; chmod o-rwx %s", what, path, (unsigned)(st->st_mode & 07777), path);
+}
+
 static int prepare_file(struct load *L, struct job *j)
 {
 	struct stat st;
@@ -489,7 +498,11 @@ static int prepare_file(struct load *L, struct job *j)
 		r = -errno;
 		return fail(L, r, "key file %s: %s", j->path, strerror(-r));
 	}
-	return pass_source(L, j->path, &st, &j->passpath);
+	warn_open_secret("key file", j->path, &st);
+	r = pass_source(L, j->path, &st, &j->passpath);
+	if (r == 0 && j->passpath && stat(j->passpath, &st) == 0)
+		warn_open_secret("passphrase file", j->passpath, &st);
+	return r;
 }
 
 /* Step 2, on any thread: touches j only (and reads L's constants). */
@@ -846,6 +859,12 @@ static int load(struct load *L)
 		if (r < 0)
 			return fail(L, r, "key directory %s: %s", c->keydir,
 			            r == -E2BIG ? "more than 100000 key files" : strerror(-r));
+		struct stat dst;
+		if (stat(c->keydir, &dst) == 0 && (dst.st_mode & (S_IWGRP | S_IWOTH)))
+			pd_log_warn("SYS", "key directory %s is writable by %s (mode %04o): whoever can write there adds "
+			            "or replaces the keys this daemon loads; chmod go-w %s", c->keydir,
+			            dst.st_mode & S_IWOTH ? "every user" : "its group", (unsigned)(dst.st_mode & 07777),
+			            c->keydir);
 	}
 	L->nfiles_total = c->keys.n + nfiles;
 	/* --key files first, then the directory's: its listing errors come

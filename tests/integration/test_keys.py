@@ -559,3 +559,40 @@ def test_pd_decrypt_names_skipped_keys(kw, tmp_path):
     p = subprocess.run([pd, "--key", str(kw["files"]["k1"]), str(msg)], capture_output=True)
     assert p.returncode == 12 and b"pd-decrypt: EUNSUPPORTED: " in p.stderr, p
     assert b"unsupported curve secp256k1" in p.stderr
+
+
+def test_open_key_files_and_keydir_are_named(kw, tmp_path):
+    """A key file or passphrase file other users may read, or a key
+    directory others may write to (they would add keys), is loaded as it
+    was, with a warning that names it and the chmod that closes it; one
+    that is closed gets none.  No check before: such files loaded silently."""
+    kd = tmp_path / "kd"
+    kd.mkdir()
+    one = copy(kw, "one", kd)
+    pw = kd / "one.pgp.passphrase"
+    pw.write_text(kw["one.pass"] + "\n")
+    plain = copy(kw, "plain", kd)
+    os.chmod(one, 0o644)
+    os.chmod(pw, 0o604)
+    os.chmod(plain, 0o600)
+    os.chmod(kd, 0o777)
+    d = Daemon(tmp_path, "--keydir", kd, "--log-level", "info")
+    try:
+        assert kw["fprs"]["one"][1] in keys_of(d) and kw["fprs"]["plain"][1] in keys_of(d)
+        log = d.text()
+        assert f"key file {one} is open to other users (mode 0644)" in log, log
+        assert f"chmod o-rwx {one}" in log, log
+        assert f"passphrase file {pw} is open to other users (mode 0604)" in log, log
+        assert f"key file {plain} is open" not in log, log
+        assert f"key directory {kd} is writable by every user (mode 0777)" in log, log
+        assert kw["one.pass"] not in log
+        # closed: a reload says nothing of them
+        for p in (one, pw):
+            os.chmod(p, 0o600)
+        os.chmod(kd, 0o750)
+        d.proc.send_signal(signal.SIGHUP)
+        d.wait_log("reloaded:")
+        after = d.text()[len(log):]
+        assert "open to other users" not in after and "writable by" not in after, after
+    finally:
+        assert d.stop() == 0
