@@ -310,6 +310,8 @@ def test_packaged_unit_with_more_credentials(kw, tmp_path):
     (creds / "passphrase").write_text(kw["one.pass"] + "\n")
     copy(kw, "two", creds, "b.pgp")
     (creds / "b.pgp.passphrase").write_text(kw["two.pass"] + "\n")
+    for f in creds.iterdir():
+        f.chmod(0o400)  # as systemd writes credentials
     conf = tmp_path / "pgpdecd.conf"
     conf.write_text(f"[pgpdecd]\nkeydir = {creds}\n")
     env = dict(os.environ, CREDENTIALS_DIRECTORY=str(creds))
