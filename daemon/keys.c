@@ -562,25 +562,57 @@ static void size_text(char *out, size_t cap, uint64_t n)
 		snprintf(out, cap, "%llu", (unsigned long long)n);
 }
 
+/* What secmem-size holds two sets of this load's files (a reload loads the
+ * new beside the old) and a margin, when filled bytes of it held done key
+ * files; rounded up to a MiB, and more than the size now. */
+static uint64_t secmem_want(const struct load *L, uint64_t filled, size_t done)
+{
+	uint64_t want = filled * 2 * L->nfiles_total / (done ? done : 1) * 5 / 4;
+
+	want = (want + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
+	if (want <= pd_secmem_size())
+		want = pd_secmem_size() + (1u << 20);
+	return want;
+}
+
 /* A key that does not fit in secure memory: say which option to set and
  * to what.  The sets alive and the keys this load unlocked so far filled
- * it; the size to set holds two sets of this load's files (a reload loads
- * the new beside the old) and a margin. */
+ * it. */
 static int fail_nomem(struct load *L, const char *path)
 {
 	size_t size = pd_secmem_size(), done = L->nfiles_done + atomic_load(&live_keyfiles);
-	uint64_t want = (uint64_t)size * 2 * L->nfiles_total / (done ? done : 1) * 5 / 4;
 	char now[32], need[32];
 
-	want = (want + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
-	if (want <= size)
-		want = size + (1u << 20);
 	size_text(now, sizeof(now), size);
-	size_text(need, sizeof(need), want);
+	size_text(need, sizeof(need), secmem_want(L, size, done));
 	return fail(L, -ENOMEM,
 	            "key file %s: out of secure memory: the %s of secmem-size are full after %zu of %zu key files; "
 	            "set secmem-size = %s in the configuration (or --secmem-size %s) and restart", path, now,
 	            L->nfiles_done, L->nfiles_total, need, need);
+}
+
+/* After a load: libgcrypt does not fail an MPI (the libgcrypt backends'
+ * keys) that its locked pool cannot hold, it puts it in unlocked memory
+ * (pd_secmem_overflow).  A load during which it made a new such pool, or
+ * after which one holds anything, fails like a key that did not fit, so
+ * that no key stays in memory that may be swapped out (freeing the set
+ * wipes them). */
+static int check_overflow(struct load *L, unsigned pools_before)
+{
+	size_t used;
+	unsigned pools = pd_secmem_overflow(&used);
+	char now[32], need[32];
+
+	if (pools <= pools_before && !used)
+		return 0;
+	size_text(now, sizeof(now), pd_secmem_size());
+	size_text(need, sizeof(need),
+	          secmem_want(L, pd_secmem_size() + used, L->nfiles_total + atomic_load(&live_keyfiles)));
+	return fail(L, -ENOMEM,
+	            "out of secure memory: the %s of secmem-size overflowed while %zu key files were loaded "
+	            "(libgcrypt went on in unlocked memory, %zu bytes of it in use); "
+	            "set secmem-size = %s in the configuration (or --secmem-size %s) and restart",
+	            now, L->nfiles_total, used, need, need);
 }
 
 /* Step 3, in file order: log, report, merge into the set's ring. */
@@ -603,8 +635,9 @@ static int finish_file(struct load *L, struct job *j)
 	if ((j->pass_read && read_file_noted(L, j->passpath) < 0) ||
 	    (j->key_read && (L->in_dir ? strv_push(&L->ks->files, &L->ks->nfiles, path) : read_file_noted(L, path)) < 0))
 		return fail(L, -ENOMEM, "out of memory");
-	if (j->stage == J_FAIL)
-		return fail(L, r, "%s", j->detail);
+	if (j->stage == J_FAIL) /* a file not read; -ENOMEM: no secure buffer for it or its passphrase */
+		return r == -ENOMEM ? fail_nomem(L, path)
+		                    : fail(L, r, "%s", j->detail);
 	if (j->skip_lost)
 		return fail_nomem(L, path);
 	for (size_t i = 0; i < j->nskips; i++) {
@@ -812,23 +845,32 @@ static int build_listing(struct pd_keyset *ks)
 	return 0;
 }
 
+/* The backends the config names ("default": $PD_RSA_BACKEND or
+ * $PD_ECDH_BACKEND, else the build's: resolved by pd_keyring_new). */
+static void backends(const struct pd_config *c, enum pd_rsa_backend *ret_rsa, enum pd_ecdh_backend *ret_ecdh)
+{
+	*ret_rsa = PD_RSA_DEFAULT;
+	if (c->rsa_backend && !strcmp(c->rsa_backend, "openssl"))
+		*ret_rsa = PD_RSA_OPENSSL;
+	else if (c->rsa_backend && !strcmp(c->rsa_backend, "gcrypt"))
+		*ret_rsa = PD_RSA_GCRYPT;
+	*ret_ecdh = PD_ECDH_DEFAULT;
+	if (c->ecdh_backend && !strcmp(c->ecdh_backend, "openssl"))
+		*ret_ecdh = PD_ECDH_OPENSSL;
+	else if (c->ecdh_backend && !strcmp(c->ecdh_backend, "gcrypt"))
+		*ret_ecdh = PD_ECDH_GCRYPT;
+}
+
 static int load(struct load *L)
 {
 	const struct pd_config *c = L->c;
-	enum pd_rsa_backend be = PD_RSA_DEFAULT;
+	enum pd_rsa_backend be;
+	enum pd_ecdh_backend ecdh_be;
 	char **files = NULL;
 	size_t nfiles = 0;
 	int r;
 
-	if (c->rsa_backend && !strcmp(c->rsa_backend, "openssl"))
-		be = PD_RSA_OPENSSL;
-	else if (c->rsa_backend && !strcmp(c->rsa_backend, "gcrypt"))
-		be = PD_RSA_GCRYPT;
-	enum pd_ecdh_backend ecdh_be = PD_ECDH_DEFAULT; /* "default": $PD_ECDH_BACKEND, else the build's */
-	if (c->ecdh_backend && !strcmp(c->ecdh_backend, "openssl"))
-		ecdh_be = PD_ECDH_OPENSSL;
-	else if (c->ecdh_backend && !strcmp(c->ecdh_backend, "gcrypt"))
-		ecdh_be = PD_ECDH_GCRYPT;
+	backends(c, &be, &ecdh_be);
 	if ((r = parse_maps(L)) < 0)
 		return r;
 	const char *others[] = { c->passphrase_file, c->tls_key, c->tls_cert, c->tls_ca };
@@ -901,7 +943,7 @@ static int load(struct load *L)
 	return 0;
 }
 
-size_t pd_keyset_secmem_auto(const struct pd_config *c, uint64_t *ret_bytes, size_t *ret_files)
+size_t pd_keyset_secmem_auto(const struct pd_config *c, uint64_t *ret_bytes, size_t *ret_files, unsigned *ret_times)
 {
 	struct load L = { .c = c };
 	char **files = NULL;
@@ -919,7 +961,20 @@ size_t pd_keyset_secmem_auto(const struct pd_config *c, uint64_t *ret_bytes, siz
 	strv_free(files, nfiles);
 	*ret_bytes = bytes;
 	*ret_files = c->keys.n + nfiles;
-	want = 2 * bytes + (1u << 20);
+	/* A set of keys takes up to ~0.8 times its files' bytes in libgcrypt's
+	 * pool with the OpenSSL backends (their secrets are in OpenSSL's
+	 * heap), ~1.35 times with a libgcrypt backend, and a reload holds two
+	 * sets: twice the files, or three times. */
+	enum pd_rsa_backend be;
+	enum pd_ecdh_backend ecdh_be;
+	struct pd_keyring *kr = NULL;
+	*ret_times = 2;
+	backends(c, &be, &ecdh_be);
+	if (pd_keyring_new(&kr, be) == 0 && pd_keyring_set_ecdh_backend(kr, ecdh_be) == 0 &&
+	    (pd_keyring_backend(kr) == PD_RSA_GCRYPT || pd_keyring_ecdh_backend(kr) == PD_ECDH_GCRYPT))
+		*ret_times = 3;
+	pd_keyring_free(kr);
+	want = *ret_times * bytes + (1u << 20);
 	want = (want + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
 	if (want < SECMEM_MIN)
 		want = SECMEM_MIN;
@@ -939,7 +994,11 @@ int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, unsigned w
 		return -ENOMEM;
 	}
 	atomic_init(&L.ks->n_ref, 1);
+	size_t spilled;
+	unsigned pools = pd_secmem_overflow(&spilled);
 	r = load(&L);
+	if (r == 0)
+		r = check_overflow(&L, pools);
 	free_secure(L.gpass, L.gpass_filelen);
 	for (size_t i = 0; i < L.nmaps; i++)
 		free(L.maps[i].passfile);
@@ -953,6 +1012,21 @@ int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, unsigned w
 	atomic_fetch_add(&live_keyfiles, L.ks->nkeyfiles);
 	*ret = L.ks;
 	return 0;
+}
+
+void pd_keyset_secmem_watch(void)
+{
+	static unsigned seen;
+	unsigned n = pd_secmem_overflow_warnings();
+	char now[32];
+
+	if (n == seen)
+		return;
+	seen = n;
+	size_text(now, sizeof(now), pd_secmem_size());
+	pd_log_err("SYS", "out of secure memory: the %s of secmem-size are full and libgcrypt went on in unlocked "
+	           "memory, which may be swapped out (pgpdecd_secmem_unlocked_bytes); raise secmem-size and restart",
+	           now);
 }
 
 struct pd_keyset *pd_keyset_ref(struct pd_keyset *ks)

@@ -32,11 +32,16 @@ int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, unsigned w
  * finish their S2K first).  Any thread; final. */
 void pd_keyset_load_cancel(void);
 /** secmem-size 0 (the default): the secure memory the key files of c
- * want, at start.  Twice the bytes of the key files (an unlocked key takes
- * up to about 1.6 times its file's size in libgcrypt's secure memory and
- * as much in OpenSSL's secure heap) and 1M for the messages in flight,
- * rounded up to a MiB, at least 4M.  Stats the files, reads none. */
-size_t pd_keyset_secmem_auto(const struct pd_config *c, uint64_t *ret_bytes, size_t *ret_files);
+ * want, at start, for two sets of keys (a reload's new beside the old).
+ * Twice the bytes of the key files (*ret_times 2), three times when an RSA
+ * or ECDH backend is libgcrypt's (3: its keys' MPIs are in libgcrypt's
+ * pool), and 1M for the messages in flight, rounded up to a MiB, at least
+ * 4M.  Stats the files, reads none. */
+size_t pd_keyset_secmem_auto(const struct pd_config *c, uint64_t *ret_bytes, size_t *ret_files, unsigned *ret_times);
+/** libgcrypt went on in unlocked memory since the last call (its one
+ * warning, pd_secmem_overflow_warnings): log it, as an error, once.  For a
+ * timer on the loop. */
+void pd_keyset_secmem_watch(void);
 /** Take a reference (any thread). */
 struct pd_keyset *pd_keyset_ref(struct pd_keyset *ks);
 /** Drop a reference (any thread); at zero the set is freed (and wiped) on

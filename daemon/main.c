@@ -372,8 +372,9 @@ int main(int argc, char **argv)
 	}
 	size_t secmem = pd_d.cfg->secmem_size, key_files = 0;
 	uint64_t key_bytes = 0;
+	unsigned times = 2;
 	if (!secmem)
-		secmem = pd_keyset_secmem_auto(pd_d.cfg, &key_bytes, &key_files);
+		secmem = pd_keyset_secmem_auto(pd_d.cfg, &key_bytes, &key_files, &times);
 	r = pd_lib_init(secmem);
 	if (r < 0) {
 		struct rlimit rl;
@@ -394,8 +395,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (!pd_d.cfg->secmem_size)
-		pd_log_info("SYS", "secure memory: %zuM (secmem-size 0: twice the %llu bytes of %zu key files and 1M, "
-		            "at least 4M)", secmem >> 20, (unsigned long long)key_bytes, key_files);
+		pd_log_info("SYS", "secure memory: %zuM (secmem-size 0: %s the %llu bytes of %zu key files and 1M, "
+		            "at least 4M)", secmem >> 20, times == 3 ? "three times" : "twice",
+		            (unsigned long long)key_bytes, key_files);
 	r = pd_keyset_load(&pd_d.keys, pd_d.cfg, pd_pool_resolve_threads(pd_d.cfg->workers), err, sizeof(err));
 	if (r < 0) {
 		pd_log_err("SYS", "%s", err);

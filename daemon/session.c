@@ -1082,6 +1082,7 @@ static void on_sweep(uv_timer_t *t)
 	uint64_t now = uv_now(pd_d.loop);
 	struct pd_session *s = g.all, *next;
 	pd_log_limits_flush(false);
+	pd_keyset_secmem_watch();
 	for (; s; s = next) {
 		next = s->next; /* s may close (unlinks itself, memory stays until on_close) */
 		sweep_one(s, now);

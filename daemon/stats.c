@@ -142,6 +142,14 @@ char *pd_stats_render(size_t *ret_len)
 	        "# TYPE pgpdecd_secure_heap_bytes gauge\npgpdecd_secure_heap_bytes %zu\n", heap_size);
 	put(&b, "# HELP pgpdecd_secure_heap_used_bytes Bytes of it in use.\n"
 	        "# TYPE pgpdecd_secure_heap_used_bytes gauge\npgpdecd_secure_heap_used_bytes %zu\n", heap_used);
+	size_t unlocked;
+	unsigned pools = pd_secmem_overflow(&unlocked);
+	put(&b, "# HELP pgpdecd_secmem_bytes Size of libgcrypt's locked pool for keys and per-message secrets (secmem-size).\n"
+	        "# TYPE pgpdecd_secmem_bytes gauge\npgpdecd_secmem_bytes %zu\n", pd_secmem_size());
+	put(&b, "# HELP pgpdecd_secmem_unlocked_pools Pools of unlocked memory libgcrypt made when its locked pool was full (0: it never was; any other value means secrets may have been swapped out: raise secmem-size).\n"
+	        "# TYPE pgpdecd_secmem_unlocked_pools gauge\npgpdecd_secmem_unlocked_pools %u\n", pools);
+	put(&b, "# HELP pgpdecd_secmem_unlocked_bytes Bytes of secrets in them now.\n"
+	        "# TYPE pgpdecd_secmem_unlocked_bytes gauge\npgpdecd_secmem_unlocked_bytes %zu\n", unlocked);
 	put(&b, "# HELP pgpdecd_connections Open connections.\n"
 	        "# TYPE pgpdecd_connections gauge\npgpdecd_connections %u\n", pd_sessions_count());
 	put(&b, "# HELP pgpdecd_connections_total Connections accepted.\n"

@@ -5,6 +5,10 @@
  * OpenSSL's secure heap for the RSA backend's private keys.
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
 
 #include <gcrypt.h>
 #include <openssl/crypto.h>
@@ -18,6 +22,69 @@ static size_t secure_heap_size;
 static size_t secmem_size;
 
 size_t pd_secmem_size(void) { return secmem_size; }
+
+/*
+ * libgcrypt's overflow pools.  When its locked pool is full, libgcrypt's
+ * xmalloc-style secure allocations (every MPI: the libgcrypt backends'
+ * keys, their per-message secrets) do not fail: they go on in pools it
+ * malloc()s, which are not locked and may be swapped out.  It says so once,
+ * with "Warning: using insecure memory!" on its log, and offers no way to
+ * turn them off (only FIPS mode does), nor to ask about them but
+ * GCRYCTL_DUMP_SECMEM_STATS, which logs one line per pool, the locked one
+ * first.  So its log handler counts that warning, and pd_secmem_overflow()
+ * reads the dump on its own thread.  Every other line goes to stderr, as
+ * libgcrypt would write it without a handler.
+ */
+struct pool_scan {
+	unsigned lines;  /* lines seen, the locked pool's first */
+	unsigned pools;  /* overflow pools */
+	size_t used;     /* bytes in use in them */
+};
+static __thread struct pool_scan *scan;
+static atomic_uint insecure_warnings;
+
+static void gcry_log(void *opaque, int level, const char *fmt, va_list ap)
+{
+	(void)opaque;
+	(void)level;
+	if (scan) {
+		char line[160];
+		unsigned used;
+		unsigned long size;
+
+		vsnprintf(line, sizeof(line), fmt, ap);
+		const char *p = line + strcspn(line, "0123456789");
+		if (sscanf(p, "%u/%lu bytes", &used, &size) == 2 && scan->lines++ > 0) {
+			scan->pools++;
+			scan->used += used;
+		}
+		return;
+	}
+	if (!strncmp(fmt, "Warning: using insecure memory", 30))
+		atomic_fetch_add(&insecure_warnings, 1);
+	vfprintf(stderr, fmt, ap);
+}
+
+unsigned pd_secmem_overflow_warnings(void) { return atomic_load(&insecure_warnings); }
+
+unsigned pd_secmem_overflow(size_t *ret_used)
+{
+	struct pool_scan s = { 0 };
+
+	if (!secmem_size) {
+		*ret_used = 0;
+		return 0;
+	}
+	scan = &s;
+	gcry_control(GCRYCTL_DUMP_SECMEM_STATS);
+	scan = NULL;
+	/* A dump this code no longer reads (another libgcrypt) still has the
+	 * warning, which comes with the first overflow pool. */
+	if (!s.lines && atomic_load(&insecure_warnings))
+		s.pools = 1;
+	*ret_used = s.used;
+	return s.pools;
+}
 
 void pd_secure_heap(size_t *ret_size, size_t *ret_used)
 {
@@ -70,6 +137,7 @@ int pd_lib_init(size_t secmem_bytes)
 		return -E2BIG;
 	if (!gcry_check_version("1.10.0"))
 		return PD_EUNSUPPORTED;
+	gcry_set_log_handler(gcry_log, NULL);
 	gcry_control(GCRYCTL_SUSPEND_SECMEM_WARN);
 	gcry_control(GCRYCTL_USE_SECURE_RNDPOOL);
 	if (gcry_control(GCRYCTL_INIT_SECMEM, secmem_bytes, 0))

@@ -81,6 +81,17 @@ PD_API void pd_secure_heap(size_t *ret_size, size_t *ret_used);
 /** The size of libgcrypt's secure memory as pd_lib_init set it up (0
  * before): the unlocked keys and per-message secrets live in it. */
 PD_API size_t pd_secmem_size(void);
+/** libgcrypt's unlocked overflow: when its locked pool is full, libgcrypt
+ * puts MPIs (the libgcrypt backends' keys and per-message secrets) in pools
+ * it mallocs, unlocked, rather than failing.  Returns how many such pools
+ * exist (0: it never overflowed; pools are kept until pd_lib_deinit) and
+ * puts the bytes in use in them now in *ret_used.  Walks every block of
+ * secure memory under libgcrypt's lock: for a load's end or a metrics
+ * scrape, not per message. */
+PD_API unsigned pd_secmem_overflow(size_t *ret_used);
+/** How often libgcrypt warned of it: once, when it made its first
+ * overflow pool (an atomic read, cheap enough for a timer). */
+PD_API unsigned pd_secmem_overflow_warnings(void);
 /** Run-time versions of libgcrypt and OpenSSL libcrypto (for build-info
  * reports; static strings, never NULL). */
 PD_API void pd_lib_versions(const char **ret_gcrypt, const char **ret_openssl);

@@ -170,6 +170,27 @@ static EVP_PKEY *peer_key(const struct pd_key *k, struct ecdh_worker *ew, const 
 	return *own;
 }
 
+int pd_ecdh_x_check(const struct pd_key *k)
+{
+	size_t len = 0, glen;
+	int type = x_type(k, &len);
+	const uint8_t *pub = x_pub(k, len);
+	uint8_t got[56];
+
+	if (!type || !k->native_sk || k->native_sk_len != len)
+		return PD_EINTERNAL;
+	if (!pub)
+		return PD_EMALFORMED;
+	/* Imported into the normal heap and cleansed on free (setup_openssl). */
+	EVP_PKEY *imp = EVP_PKEY_new_raw_private_key(type, NULL, k->native_sk, len);
+	glen = sizeof(got);
+	int ok = imp && EVP_PKEY_get_raw_public_key(imp, got, &glen) > 0 && glen == len;
+	EVP_PKEY_free(imp);
+	if (!ok)
+		return pd_ossl_error(-ENOMEM); /* a scalar of its length always imports */
+	return memcmp(got, pub, len) == 0 ? 0 : PD_EINTEGRITY;
+}
+
 static int setup_openssl(struct pd_key *k)
 {
 	EVP_PKEY *pkey = NULL;
@@ -335,6 +356,17 @@ static int derive_gcrypt(const struct pd_key *k, const uint8_t *peer, size_t pee
 		return weierstrass_gcrypt(k, peer, peer_len, out_len, out);
 	if (!k->native_sk || k->native_sk_len != len)
 		return PD_EINTERNAL;
+	/* libgcrypt 1.10's Montgomery multiplication copies the (secure)
+	 * scalar into its secure pool twice and does not check the second
+	 * copy: with the pool full it reads a NULL pointer (SIGSEGV, seen in
+	 * test-keyset's key validation, which no longer calls it).  So make
+	 * sure that room is there first: a failure is then -ENOMEM, retryable.
+	 * Another thread can take the room between this probe and the
+	 * multiplication; the OpenSSL backend (the default) has no such gap. */
+	void *room = gcry_malloc_secure(4 * (len + 32));
+	if (!room)
+		return -ENOMEM;
+	gcry_free(room);
 	/* A small-order point gives the all-zero result and no error. */
 	return pd_err_from_gcry(gcry_ecc_mul_point(len == 56 ? GCRY_ECC_CURVE448 : GCRY_ECC_CURVE25519, out,
 	                                           k->native_sk, peer));

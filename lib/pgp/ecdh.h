@@ -21,6 +21,11 @@ PD_HIDDEN enum pd_ecdh_backend pd_ecdh_default_backend(void);
  * and checks that OpenSSL derives the same public key (PD_EINTEGRITY if
  * not).  PD_EUNSUPPORTED for a curve the backend lacks. */
 PD_HIDDEN int pd_ecdh_setup(struct pd_key *k, enum pd_ecdh_backend backend);
+/** Check an X25519, X448 or cv25519 key's secret scalar against its
+ * public key, through OpenSSL whatever the backend (libgcrypt's
+ * multiplication crashes when its secure pool is full): 0, PD_EINTEGRITY
+ * when they differ, -ENOMEM. */
+PD_HIDDEN int pd_ecdh_x_check(const struct pd_key *k);
 /** Release backend state (called by pd_key_free()). */
 PD_HIDDEN void pd_ecdh_cleanup(struct pd_key *k);
 /**

@@ -627,16 +627,16 @@ static int decrypt_gcrypt(const struct pd_key *k, const uint8_t *c, uint8_t *out
 	const char *t = gcry_sexp_nth_data(res, 0, &tn);
 	bool is_value = t && tn == 5 && memcmp(t, "value", 5) == 0;
 	m = gcry_sexp_nth_mpi(res, is_value ? 1 : 0, GCRYMPI_FMT_USG);
-	r = PD_EINTERNAL;
+	r = -ENOMEM; /* the value is there (libgcrypt made it): only its copy can fail */
 	if (!m)
 		goto out;
+	r = PD_EINTERNAL;
 	mlen = (gcry_mpi_get_nbits(m) + 7) / 8;
 	if (mlen > klen)
 		goto out;
 	memset(out, 0, klen - mlen);
-	if (gcry_mpi_print(GCRYMPI_FMT_USG, out + (klen - mlen), mlen, NULL, m))
-		goto out;
-	r = 0;
+	/* It copies m into secure memory first: that can fail (-ENOMEM). */
+	r = pd_err_from_gcry(gcry_mpi_print(GCRYMPI_FMT_USG, out + (klen - mlen), mlen, NULL, m));
 out:
 	gcry_mpi_release(m);
 	gcry_sexp_release(res);

@@ -412,6 +412,10 @@ def test_split_out_of_secure_memory(tmp_path):
         assert stats['pgpdecd_requests_total{status="OK"}'] == 12
         assert stats["pgpdecd_secure_heap_bytes"] == 32768
         assert 0 < stats["pgpdecd_secure_heap_used_bytes"] < 16384, stats
+        # libgcrypt's pool held it all: nothing went to unlocked memory
+        assert stats["pgpdecd_secmem_bytes"] == 32768, stats
+        assert stats["pgpdecd_secmem_unlocked_pools"] == 0, stats
+        assert stats["pgpdecd_secmem_unlocked_bytes"] == 0, stats
         assert stats["pgpdecd_split_operations_total"] == 0, stats
         # once per worker: a worker that ran out stops trying for this key
         assert 1 <= stats["pgpdecd_split_failures_total"] <= 2, stats

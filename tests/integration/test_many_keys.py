@@ -191,6 +191,22 @@ def test_secure_memory_sized_from_key_files(ring, tmp_path):
         assert int(m.group(1)) == max(4, -(-(2 * total + (1 << 20)) // (1 << 20)))
     finally:
         assert d.stop() == 0
+    # a libgcrypt backend keeps its keys' secrets in libgcrypt's pool: three
+    # times the files, and a reload fits beside the set without spilling
+    d = Daemon(tmp_path, "--keydir", keys, "--log-level", "info", "--rsa-backend", "gcrypt")
+    try:
+        m = re.search(r"secure memory: (\d+)M \(secmem-size 0: three times the (\d+) bytes of (\d+) key "
+                      r"files and 1M, at least 4M\)", d.text())
+        assert m, d.text()[-3000:]
+        assert int(m.group(1)) == max(4, -(-(3 * total + (1 << 20)) // (1 << 20)))
+        d.proc.send_signal(signal.SIGHUP)
+        deadline = time.time() + 120
+        while "reloaded:" not in d.text() and "reload failed" not in d.text():
+            assert time.time() < deadline, d.text()[-3000:]
+            time.sleep(0.05)
+        assert "reload failed" not in d.text() and "insecure memory" not in d.text(), d.text()[-3000:]
+    finally:
+        assert d.stop() == 0
 
 
 def test_old_set_kept_by_its_request_and_freed_off_the_loop(ring, tmp_path):
