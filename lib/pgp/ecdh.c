@@ -402,12 +402,15 @@ static int derive_openssl(const struct pd_key *k, unsigned worker, const uint8_t
 		else
 			tmp = ew;
 	}
-	/* The peer key: public data; an error here is about it alone.  Any
-	 * 32/56 octets are a u-coordinate; a NIST/brainpool point is checked
-	 * to be on the curve when it is decoded. */
+	/* The peer key: public data; an error here is about it alone, or
+	 * about memory.  Any 32/56 octets are a u-coordinate; a NIST/brainpool
+	 * point is checked to be on the curve when it is decoded, and its
+	 * import allocates (an EC key, its point, a BN_CTX): only what the
+	 * error queue says tells a point off the curve from a failed
+	 * allocation, which must stay retryable. */
 	pk = peer_key(k, ew, peer, peer_len, &own);
 	if (!pk) {
-		r = type ? -ENOMEM : PD_EMALFORMED;
+		r = type ? -ENOMEM : pd_ossl_error(PD_EMALFORMED);
 		goto out;
 	}
 	/* No public-key check of the peer: the decode did the on-curve check,

@@ -7,8 +7,10 @@
  * on the twist included), and on NIST/brainpool curves; every small-order
  * point gives the all-zero secret and no error on both; a point off a
  * Weierstrass curve is the same public error on both; the backend choice
- * (PD_ECDH_BACKEND, pd_keyring_set_ecdh_backend) reaches the keys; and
- * worker threads deriving at once on one key get the right results.
+ * (PD_ECDH_BACKEND, pd_keyring_set_ecdh_backend) reaches the keys;
+ * worker threads deriving at once on one key get the right results; and an
+ * OpenSSL allocation that fails anywhere in a derive is -ENOMEM, never a
+ * malformed point or a wrong secret.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -16,6 +18,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <gcrypt.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 
 #include "pd-config.h"
@@ -326,78 +329,240 @@ static void test_small_order(void **state)
 		}
 }
 
+/* The NIST/brainpool curves: libgcrypt's names, field sizes. */
+static const struct { enum pd_curve c; const char *name; size_t fs; } wcurves[] = {
+	{ PD_CURVE_P256, "NIST P-256", 32 }, { PD_CURVE_P384, "NIST P-384", 48 },
+	{ PD_CURVE_P521, "NIST P-521", 66 }, { PD_CURVE_BP256, "brainpoolP256r1", 32 },
+	{ PD_CURVE_BP384, "brainpoolP384r1", 48 }, { PD_CURVE_BP512, "brainpoolP512r1", 64 },
+};
+
+/* A key of wcurves[ci] from libgcrypt's key pair kp, set up for backend be. */
+static struct pd_key *wkey(size_t ci, gcry_sexp_t kp, enum pd_ecdh_backend be)
+{
+	const size_t ptlen = 1 + 2 * wcurves[ci].fs;
+	struct pd_key *k = calloc(1, sizeof(*k));
+	assert_non_null(k);
+	k->pk_algo = PD_PK_ECDH;
+	k->curve = wcurves[ci].c;
+	gcry_sexp_t l = gcry_sexp_find_token(kp, "q", 0);
+	size_t qn;
+	const char *q = gcry_sexp_nth_data(l, 1, &qn);
+	assert_int_equal(qn, ptlen);
+	memcpy(k->q, q, qn);
+	k->q_len = qn;
+	gcry_sexp_release(l);
+	l = gcry_sexp_find_token(kp, "d", 0);
+	k->x = gcry_sexp_nth_mpi(l, 1, GCRYMPI_FMT_USG);
+	gcry_sexp_release(l);
+	assert_int_equal(pd_ecdh_setup(k, be), 0);
+	return k;
+}
+
+/* A new key pair of wcurves[ci]; the caller releases it. */
+static gcry_sexp_t wgen(size_t ci)
+{
+	gcry_sexp_t parms, kp;
+	assert_int_equal(gcry_sexp_build(&parms, NULL, "(genkey(ecc(curve %s)))", wcurves[ci].name), 0);
+	assert_int_equal(gcry_pk_genkey(&kp, parms), 0);
+	gcry_sexp_release(parms);
+	return kp;
+}
+
+/* A sender's point e = v·G for a random v, and the x coordinate of
+ * s = v·Q into sx: libgcrypt's ECDH encryption to k. */
+static void wpeer(size_t ci, const struct pd_key *k, uint8_t *e, uint8_t *sx)
+{
+	const size_t fs = wcurves[ci].fs, ptlen = 1 + 2 * fs;
+	gcry_sexp_t pub, data, enc, l;
+	assert_int_equal(gcry_sexp_build(&pub, NULL, "(public-key(ecc(curve %s)(q %b)))", wcurves[ci].name,
+	                                 (int)ptlen, k->q), 0);
+	gcry_mpi_t v = gcry_mpi_snew(0);
+	gcry_mpi_randomize(v, 8 * (unsigned)fs - 16, GCRY_WEAK_RANDOM);
+	assert_int_equal(gcry_sexp_build(&data, NULL, "(data(flags raw)(value %m))", v), 0);
+	assert_int_equal(gcry_pk_encrypt(&enc, data, pub), 0);
+	size_t n;
+	l = gcry_sexp_find_token(enc, "s", 0);
+	const char *sh = gcry_sexp_nth_data(l, 1, &n);
+	assert_int_equal(n, ptlen);
+	memcpy(sx, sh + 1, fs);
+	gcry_sexp_release(l);
+	l = gcry_sexp_find_token(enc, "e", 0);
+	memcpy(e, gcry_sexp_nth_data(l, 1, &n), ptlen);
+	assert_int_equal(n, ptlen);
+	gcry_sexp_release(l);
+	gcry_sexp_release(enc);
+	gcry_sexp_release(data);
+	gcry_sexp_release(pub);
+	gcry_mpi_release(v);
+}
+
 /* NIST/brainpool: both backends give libgcrypt's ECDH x coordinate; a
  * point off the curve is the same public error on both. */
 static void test_weierstrass(void **state)
 {
 	(void)state;
-	static const struct { enum pd_curve c; const char *name; size_t fs; } curves[] = {
-		{ PD_CURVE_P256, "NIST P-256", 32 }, { PD_CURVE_P384, "NIST P-384", 48 },
-		{ PD_CURVE_P521, "NIST P-521", 66 }, { PD_CURVE_BP256, "brainpoolP256r1", 32 },
-		{ PD_CURVE_BP384, "brainpoolP384r1", 48 }, { PD_CURVE_BP512, "brainpoolP512r1", 64 },
-	};
-	for (size_t ci = 0; ci < PD_ARRAY_SIZE(curves); ci++) {
-		const size_t fs = curves[ci].fs, ptlen = 1 + 2 * fs;
-		gcry_sexp_t parms, kp, l;
-		assert_int_equal(gcry_sexp_build(&parms, NULL, "(genkey(ecc(curve %s)))", curves[ci].name), 0);
-		assert_int_equal(gcry_pk_genkey(&kp, parms), 0);
-		gcry_sexp_release(parms);
+	for (size_t ci = 0; ci < PD_ARRAY_SIZE(wcurves); ci++) {
+		const size_t fs = wcurves[ci].fs, ptlen = 1 + 2 * fs;
+		gcry_sexp_t kp = wgen(ci);
 		struct pd_key *k[2];
-		for (size_t b = 0; b < 2; b++) {
-			k[b] = calloc(1, sizeof(*k[b]));
-			assert_non_null(k[b]);
-			k[b]->pk_algo = PD_PK_ECDH;
-			k[b]->curve = curves[ci].c;
-			l = gcry_sexp_find_token(kp, "q", 0);
-			size_t qn;
-			const char *q = gcry_sexp_nth_data(l, 1, &qn);
-			assert_int_equal(qn, ptlen);
-			memcpy(k[b]->q, q, qn);
-			k[b]->q_len = qn;
-			gcry_sexp_release(l);
-			l = gcry_sexp_find_token(kp, "d", 0);
-			k[b]->x = gcry_sexp_nth_mpi(l, 1, GCRYMPI_FMT_USG);
-			gcry_sexp_release(l);
-			assert_int_equal(pd_ecdh_setup(k[b], backends[b]), 0);
-		}
+		for (size_t b = 0; b < 2; b++)
+			k[b] = wkey(ci, kp, backends[b]);
 		gcry_sexp_release(kp);
 		for (int round = 0; round < 4; round++) {
-			/* e = v·G and s = v·Q from libgcrypt's ECDH encryption. */
-			gcry_sexp_t pub, data, enc;
-			assert_int_equal(gcry_sexp_build(&pub, NULL, "(public-key(ecc(curve %s)(q %b)))", curves[ci].name,
-			                                 (int)ptlen, k[0]->q), 0);
-			gcry_mpi_t v = gcry_mpi_snew(0);
-			gcry_mpi_randomize(v, 8 * (unsigned)fs - 16, GCRY_WEAK_RANDOM);
-			assert_int_equal(gcry_sexp_build(&data, NULL, "(data(flags raw)(value %m))", v), 0);
-			assert_int_equal(gcry_pk_encrypt(&enc, data, pub), 0);
-			uint8_t sh[133], e[133], out[66];
-			size_t n;
-			l = gcry_sexp_find_token(enc, "s", 0);
-			memcpy(sh, gcry_sexp_nth_data(l, 1, &n), ptlen);
-			gcry_sexp_release(l);
-			l = gcry_sexp_find_token(enc, "e", 0);
-			memcpy(e, gcry_sexp_nth_data(l, 1, &n), ptlen);
-			gcry_sexp_release(l);
-			gcry_sexp_release(enc);
-			gcry_sexp_release(data);
-			gcry_sexp_release(pub);
-			gcry_mpi_release(v);
+			uint8_t sx[66], e[133], out[66];
+			wpeer(ci, k[0], e, sx);
 			int err[2];
 			for (size_t b = 0; b < 2; b++) {
 				memset(out, 0xaa, sizeof(out));
 				assert_int_equal(pd_ecdh_derive(k[b], (unsigned)round, e, ptlen, out, fs), 0);
-				if (memcmp(out, sh + 1, fs) != 0)
-					fail_msg("%s backend %d: wrong x", curves[ci].name, backends[b]);
+				if (memcmp(out, sx, fs) != 0)
+					fail_msg("%s backend %d: wrong x", wcurves[ci].name, backends[b]);
 				/* Off the curve: y changed. */
 				e[ptlen - 1 - (size_t)round] ^= 1;
 				err[b] = pd_ecdh_derive(k[b], (unsigned)round, e, ptlen, out, fs);
 				e[ptlen - 1 - (size_t)round] ^= 1;
 			}
 			if (err[0] != PD_EMALFORMED || err[1] != PD_EMALFORMED)
-				fail_msg("%s: off-curve point gave %d (openssl) and %d (gcrypt)", curves[ci].name, err[0], err[1]);
+				fail_msg("%s: off-curve point gave %d (openssl) and %d (gcrypt)", wcurves[ci].name, err[0],
+				         err[1]);
 		}
 		kfree(k[0]);
 		kfree(k[1]);
+	}
+}
+
+/* OpenSSL's allocator for this test (set in main() before OpenSSL's first
+ * allocation): on the calling thread, the ossl_fail_at-th allocation from
+ * the last arming fails (0: none does), and ossl_failed_in names the
+ * source file that asked for it.  One, not every one after it: a failure
+ * OpenSSL recovers from must not be taken for one it reports. */
+static _Thread_local unsigned long ossl_fail_at, ossl_allocs;
+static _Thread_local const char *ossl_failed_in;
+
+static bool ossl_fails(const char *file)
+{
+	if (!ossl_fail_at || ++ossl_allocs != ossl_fail_at)
+		return false;
+	ossl_failed_in = file ? file : "";
+	return true;
+}
+
+static void *ossl_malloc(size_t n, const char *file, int line)
+{
+	(void)line;
+	return ossl_fails(file) ? NULL : malloc(n);
+}
+
+static void *ossl_realloc(void *p, size_t n, const char *file, int line)
+{
+	(void)line;
+	return ossl_fails(file) ? NULL : realloc(p, n);
+}
+
+static void ossl_free(void *p, const char *file, int line)
+{
+	(void)file, (void)line;
+	free(p);
+}
+
+static bool ossl_faults; /* main() could set the allocator */
+
+/* Allocations OpenSSL 3.0 makes in a NIST/brainpool import and does not
+ * report when they fail (no ERR_R_MALLOC_FAILURE on the queue: the copy of
+ * the point in OSSL_PARAM_get_octet_string, the key type's name looked up
+ * in EVP_PKEY_set_type_by_keymgmt), so nothing tells them from a point off
+ * the curve: they stay the public error they give (2 of the ~180 a P-256
+ * derive makes here). */
+static bool ossl_silent(const char *file)
+{
+	return strstr(file, "crypto/params.c") || strstr(file, "crypto/core_namemap.c");
+}
+
+/* Derive with OpenSSL's n-th allocation failing, for n = 1, 2, ... until
+ * one derive allocates fewer: each must be -ENOMEM, or (a failure OpenSSL
+ * got over) the right secret; never another error or a wrong secret, but
+ * where OpenSSL is silent (ossl_silent, counted in *silent).  Returns how
+ * many allocations failed; *bad counts those that gave something else. */
+static unsigned derive_oom_sweep(const struct pd_key *k, unsigned worker, const uint8_t *pt, size_t ptlen,
+                                 const uint8_t *want, size_t fs, const char *what, unsigned *bad,
+                                 unsigned *silent)
+{
+	unsigned n;
+	for (n = 1;; n++) {
+		uint8_t out[66];
+		memset(out, 0xaa, sizeof(out));
+		ossl_allocs = 0;
+		ossl_fail_at = n;
+		int r = pd_ecdh_derive(k, worker, pt, ptlen, out, fs);
+		bool fired = ossl_allocs >= n;
+		ossl_fail_at = 0;
+		if (!fired) {
+			assert_int_equal(r, 0);
+			assert_memory_equal(out, want, fs);
+			break;
+		}
+		if (r != -ENOMEM && (r != 0 || memcmp(out, want, fs) != 0)) {
+			bool known = r < 0 && ossl_silent(ossl_failed_in);
+			if (!known)
+				print_message("%s, worker %u: OpenSSL's allocation %u (%s) failing gave %d (%s)\n", what,
+				              worker, n, ossl_failed_in, r, r ? pd_errname(r) : "a wrong secret");
+			++*(known ? silent : bad);
+		}
+		if (r)
+			assert_int_equal(ERR_peek_error(), 0); /* a failed derive leaves its errors to no one */
+	}
+	return n - 1;
+}
+
+/* An OpenSSL allocation failing in a derive is -ENOMEM (retryable): a NIST
+ * or brainpool point OpenSSL could not import for want of memory was
+ * PD_EMALFORMED (from the review), as a point off the curve is, and still
+ * is.  Every allocation of the derive is made to fail in turn, through a
+ * worker's kept context (only the peer's import and the derive allocate)
+ * and through a one-off (its making too); X25519/X448 alongside. */
+static void test_out_of_memory(void **state)
+{
+	(void)state;
+	if (!ossl_faults)
+		skip();
+	for (size_t ci = 0; ci < 4; ci++) { /* P-256, P-384, P-521, brainpoolP256r1 */
+		const size_t fs = wcurves[ci].fs, ptlen = 1 + 2 * fs;
+		const char *name = wcurves[ci].name;
+		gcry_sexp_t kp = wgen(ci);
+		struct pd_key *k = wkey(ci, kp, PD_ECDH_OPENSSL);
+		gcry_sexp_release(kp);
+		uint8_t sx[66], e[133], out[66];
+		wpeer(ci, k, e, sx);
+		assert_int_equal(pd_ecdh_derive(k, 0, e, ptlen, out, fs), 0); /* worker 0's context made */
+		assert_memory_equal(out, sx, fs);
+		unsigned bad = 0, silent = 0;
+		unsigned kept = derive_oom_sweep(k, 0, e, ptlen, sx, fs, name, &bad, &silent);
+		unsigned oneoff = derive_oom_sweep(k, PD_MAX_WORKERS, e, ptlen, sx, fs, name, &bad, &silent);
+		print_message("%s: %u allocations failed through a kept context, %u through a one-off: %u not "
+		              "-ENOMEM, %u unreported by OpenSSL\n", name, kept, oneoff, bad, silent);
+		assert_int_equal(bad, 0);
+		assert_true(kept > 0 && oneoff > kept);
+		/* A point off the curve is still the public error it was. */
+		e[ptlen - 1] ^= 1;
+		assert_int_equal(pd_ecdh_derive(k, 0, e, ptlen, out, fs), PD_EMALFORMED);
+		assert_int_equal(ERR_peek_error(), 0);
+		kfree(k);
+	}
+	for (int x448 = 0; x448 <= 1; x448++) {
+		size_t L = x448 ? 56 : 32;
+		const char *name = x448 ? "X448" : "X25519";
+		struct pd_key *k = mkey(x448, false, NULL, PD_ECDH_OPENSSL);
+		uint8_t base[56] = { x448 ? 5 : 9 }, out[56];
+		assert_int_equal(pd_ecdh_derive(k, 0, base, L, out, L), 0);
+		/* the base point gives the public key */
+		unsigned bad = 0, silent = 0;
+		unsigned kept = derive_oom_sweep(k, 0, base, L, k->q, L, name, &bad, &silent);
+		unsigned oneoff = derive_oom_sweep(k, PD_MAX_WORKERS, base, L, k->q, L, name, &bad, &silent);
+		print_message("%s: %u allocations failed through a kept context, %u through a one-off: %u not "
+		              "-ENOMEM, %u unreported by OpenSSL\n", name, kept, oneoff, bad, silent);
+		assert_int_equal(bad, 0);
+		assert_true(oneoff > 0);
+		kfree(k);
 	}
 }
 
@@ -574,6 +739,8 @@ static void test_threads(void **state)
 
 int main(void)
 {
+	/* before anything makes OpenSSL allocate (pd_lib_init's secure heap) */
+	ossl_faults = CRYPTO_set_mem_functions(ossl_malloc, ossl_realloc, ossl_free) == 1;
 	assert_int_equal(pd_lib_init(0), 0);
 	gcry_control(GCRYCTL_ENABLE_QUICK_RANDOM, 0); /* see test-unwrap.c */
 	const struct CMUnitTest tests[] = {
@@ -589,6 +756,7 @@ int main(void)
 		cmocka_unit_test(test_worker_slots),
 		cmocka_unit_test(test_worker_key_state_cap),
 		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_out_of_memory),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	pd_lib_deinit();
