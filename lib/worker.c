@@ -59,6 +59,19 @@ unsigned pd__worker_key_states(unsigned index) { return index < PD_MAX_WORKERS ?
 
 void pd__worker_key_states_cap(unsigned cap) { atomic_store(&key_states_cap, cap ? cap : PD_WORKER_KEY_STATES); }
 
+static atomic_uint inject_nomem; /* pd__worker_inject_nomem: takes to go, the last one fails */
+
+unsigned pd__worker_inject_nomem(unsigned nth) { return atomic_exchange(&inject_nomem, nth); }
+
+/* Does this take fail, for a test? */
+static bool injected(void)
+{
+	unsigned v = atomic_load_explicit(&inject_nomem, memory_order_relaxed);
+	while (v && !atomic_compare_exchange_weak(&inject_nomem, &v, v - 1))
+		;
+	return v == 1;
+}
+
 int pd_err_from_gcry(gcry_error_t e)
 {
 	switch (gcry_err_code(e)) {
@@ -170,6 +183,8 @@ static bool give(struct pd_worker *w, int kind, void *h, int algo, int mode, uns
 
 int pd_worker_take_cipher(struct pd_worker *w, int algo, int mode, unsigned flags, gcry_cipher_hd_t *ret)
 {
+	if (injected())
+		return -ENOMEM;
 	gcry_cipher_hd_t h = take(w, 1, algo, mode, flags);
 	if (!h) {
 		gcry_error_t e = gcry_cipher_open(&h, algo, mode, flags | GCRY_CIPHER_SECURE);
@@ -194,6 +209,8 @@ void pd_worker_give_cipher(struct pd_worker *w, gcry_cipher_hd_t h, int algo, in
 
 int pd_worker_take_md(struct pd_worker *w, int algo, unsigned flags, gcry_md_hd_t *ret)
 {
+	if (injected())
+		return -ENOMEM;
 	gcry_md_hd_t h = take(w, 2, algo, 0, flags);
 	if (!h) {
 		gcry_error_t e = gcry_md_open(&h, algo, flags | GCRY_MD_FLAG_SECURE);
@@ -215,6 +232,8 @@ void pd_worker_give_md(struct pd_worker *w, gcry_md_hd_t h, int algo, unsigned f
 
 void *pd_worker_take_secure(struct pd_worker *w, size_t len)
 {
+	if (injected())
+		return NULL;
 	for (size_t i = 0; w && i < BLOCKS_MAX; i++)
 		if (w->blocks[i].len == len) {
 			void *p = w->blocks[i].p;

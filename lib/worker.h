@@ -35,6 +35,10 @@ PD_HIDDEN void pd_worker_key_state_give(unsigned index);
 /** Tests: the count of worker index, and a lower cap (0: the default). */
 PD_HIDDEN unsigned pd__worker_key_states(unsigned index);
 PD_HIDDEN void pd__worker_key_states_cap(unsigned cap);
+/** Tests: the nth take (cipher, hash or secure block, on any worker or
+ * none) from now on fails as out of memory; 0 disarms.  Returns the takes
+ * that were still to go (0 after an injection: it fired). */
+PD_HIDDEN unsigned pd__worker_inject_nomem(unsigned nth);
 /** Take an opened cipher handle (GCRY_CIPHER_SECURE) for algo/mode/flags;
  * NULL w is allowed (opens a new one).  Returns 0 or a negative error. */
 PD_HIDDEN int pd_worker_take_cipher(struct pd_worker *w, int algo, int mode, unsigned flags,

@@ -60,6 +60,15 @@ struct trial {
 	const struct pd_pkesk *p;
 };
 
+/* A failure's result: no session key, no key that opened it. */
+static void scrub(struct pd_sesskey *sk, struct pd_trial_result *res)
+{
+	pd_wipe(sk, sizeof(*sk));
+	pd_wipe(res->key_fpr, sizeof(res->key_fpr));
+	res->key_fpr_len = 0;
+	res->pk_algo = 0;
+}
+
 /* Copy src into dst where mask is all ones, in constant time. */
 static void sesskey_sel(uint32_t mask, struct pd_sesskey *dst, const struct pd_sesskey *src)
 {
@@ -125,10 +134,15 @@ int pd_trials_pkesk(const struct pd_trials *t, const struct pd_keyring *kr, stru
 	/* Run every trial and pick the first good one without branching on
 	 * the secret outcome: the work done does not depend on which (if any)
 	 * succeeded.  When none did, the first trial's implicit-rejection key
-	 * is used and the failure surfaces as an integrity error later. */
+	 * is used and the failure surfaces as an integrity error later.  A
+	 * trial out of memory ends them all as -ENOMEM, whatever the others
+	 * gave: it depends on memory, not on a secret, and it is retryable,
+	 * which going on would hide (INTEGRITY when none of the others
+	 * decoded); ending so only when none decoded would say whether one
+	 * did. */
 	uint32_t found = 0;
 	bool any = false, wild_miss = false;
-	int hard_err = 0; /* resources or a bug: said as such, never hidden */
+	int hard_err = 0; /* a bug: said as such when no trial ran */
 	for (size_t i = 0; i < ntr; i++) {
 		uint32_t ok = 0;
 		uint8_t sym = 0;
@@ -139,9 +153,13 @@ int pd_trials_pkesk(const struct pd_trials *t, const struct pd_keyring *kr, stru
 		if (tr[i].p->version == 6 || t->container == 20)
 			sym = t->hdr_sym_algo;
 		int e = pd_unwrap(w, tr[i].k, tr[i].p, sym, cand, &ok);
+		if (e == -ENOMEM) {
+			r = failr(res, e, "out of memory");
+			goto out;
+		}
 		if (e < 0) { /* public reason: this trial does not count */
 			last_err = e;
-			if (e == -ENOMEM || e == PD_EINTERNAL)
+			if (e == PD_EINTERNAL)
 				hard_err = e;
 			/* A wildcard names no key, so its ciphertext not fitting this
 			 * key (c >= n of another modulus, another curve's point) says
@@ -188,6 +206,8 @@ int pd_trials_pkesk(const struct pd_trials *t, const struct pd_keyring *kr, stru
 	}
 	r = 0;
 out:
+	if (r < 0) /* a failure hands out no key, nor which trial opened one */
+		scrub(sk, res);
 	free(pk);
 	free(tr);
 	pd_worker_give_secure(w, cand, sizeof(*cand));
@@ -266,6 +286,10 @@ int pd_trials_skesk(const struct pd_trials *t, const char *pw, size_t pwlen, str
 		int er = pd_skesk_try(w, e->body, e->len, pw, pwlen, t->lim, cand, &ok);
 		if (t->budget && amem)
 			pd_budget_give(t->budget, amem);
+		if (er == -ENOMEM) { /* as a PKESK trial's: retryable, whatever the others gave */
+			r = failr(res, er, "out of memory");
+			goto out;
+		}
 		if (er < 0) { /* public: a v5/v6 tag mismatch, a setup failure */
 			last_err = er;
 			continue;
@@ -294,6 +318,8 @@ int pd_trials_skesk(const struct pd_trials *t, const char *pw, size_t pwlen, str
 	res->key_fpr_len = 0;
 	r = 0;
 out:
+	if (r < 0)
+		scrub(sk, res);
 	free(plan);
 	pd_worker_give_secure(w, cand, sizeof(*cand));
 	pd_worker_give_secure(w, fb, sizeof(*fb));

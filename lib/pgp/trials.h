@@ -9,7 +9,9 @@
  *    algorithm; max_key_trials caps them all.  Every planned trial runs; the
  *    first whose decoding passed is taken in constant time, the first
  *    trial's implicit-rejection key when none did (the container fails
- *    then, in the same way and time as for any wrong key).  When no trial
+ *    then, in the same way and time as for any wrong key).  A trial out of
+ *    memory ends them all as -ENOMEM, whatever the others gave (the same
+ *    for SKESKs): retryable, and no word of which decoded.  When no trial
  *    ran and a wildcard was among them (its ciphertext fits none of our
  *    keys, public: RSA c >= n, another curve's point), a random key goes
  *    on: an anonymous message for someone else always ends as INTEGRITY
