@@ -453,8 +453,18 @@ static void describe(const struct pd_keyinfo *ki, char *out, size_t cap)
 		snprintf(out, cap, "%s %s", pd_pk_name(ki->pk_algo), ki->curve);
 }
 
+/* Secrets every local user may read: said on each load (the daemon loads
+ * them all the same, as gpg does; ssh refuses such a key). */
+static void warn_open_secret(const char *what, const char *path, const struct stat *st)
+{
+	if (st->st_mode & (S_IROTH | S_IWOTH))
+		pd_log_warn("SYS", "%s %s is open to other users (mode %04o): anyone on this host can read or "
+		            "change its secrets; chmod o-rwx %s", what, path, (unsigned)(st->st_mode & 07777), path);
+}
+
 /* Which passphrase unlocks key file path (st its inode): *ret_path is
- * the file to read, NULL for passphrase-file (or none). */
+ * the file to read, NULL for passphrase-file (or none).  A passphrase
+ * file open to other users is named (warn_open_secret). */
 static int pass_source(struct load *L, const char *path, const struct stat *st, char **ret_path)
 {
 	struct stat ps;
@@ -464,11 +474,14 @@ static int pass_source(struct load *L, const char *path, const struct stat *st, 
 	for (size_t i = 0; i < L->nmaps; i++)
 		if (same(&L->maps[i].key, st)) {
 			L->maps[i].used = true;
+			if (stat(L->maps[i].passfile, &ps) == 0)
+				warn_open_secret("passphrase file", L->maps[i].passfile, &ps);
 			return (*ret_path = strdup(L->maps[i].passfile)) ? 0 : -ENOMEM;
 		}
 	if (asprintf(&p, "%s%s", path, PASS_SUFFIX) < 0)
 		return -ENOMEM;
 	if (stat(p, &ps) == 0) {
+		warn_open_secret("passphrase file", p, &ps);
 		*ret_path = p;
 		return 0;
 	}
@@ -480,15 +493,6 @@ static int pass_source(struct load *L, const char *path, const struct stat *st, 
 }
 
 /* Step 1, in file order: which passphrase unlocks path. */
-/* Secrets every local user may read: said on each load (the daemon loads
- * them all the same, as gpg does; ssh refuses such a key). */
-static void warn_open_secret(const char *what, const char *path, const struct stat *st)
-{
-	if (st->st_mode & (S_IROTH | S_IWOTH))
-		pd_log_warn("SYS", "%s %s is open to other users (mode %04o): anyone on this host can read or "
-		            "change its secrets; chmod o-rwx %s", what, path, (unsigned)(st->st_mode & 07777), path);
-}
-
 static int prepare_file(struct load *L, struct job *j)
 {
 	struct stat st;
@@ -499,10 +503,7 @@ static int prepare_file(struct load *L, struct job *j)
 		return fail(L, r, "key file %s: %s", j->path, strerror(-r));
 	}
 	warn_open_secret("key file", j->path, &st);
-	r = pass_source(L, j->path, &st, &j->passpath);
-	if (r == 0 && j->passpath && stat(j->passpath, &st) == 0)
-		warn_open_secret("passphrase file", j->passpath, &st);
-	return r;
+	return pass_source(L, j->path, &st, &j->passpath);
 }
 
 /* Step 2, on any thread: touches j only (and reads L's constants). */
@@ -886,6 +887,9 @@ static int load(struct load *L)
 			return fail(L, r, "passphrase file %s: %s", c->passphrase_file,
 			            r == -EFBIG ? "too large" : strerror(-r));
 		L->gpass_len = first_line(L->gpass, L->gpass_filelen);
+		struct stat ps;
+		if (stat(c->passphrase_file, &ps) == 0)
+			warn_open_secret("passphrase file", c->passphrase_file, &ps);
 		if (read_file_noted(L, c->passphrase_file) < 0)
 			return fail(L, -ENOMEM, "out of memory");
 	}

@@ -254,6 +254,9 @@ def test_two_passphrases_beside_the_key_files(kw, tmp_path):
         log = d.text()
         assert f"(passphrase {one}.passphrase)" in log, log
         assert f"(passphrase {elsewhere})" in log, log
+        # written 0644: each passphrase file is named, key-passphrase's too
+        for pw in (f"{one}.passphrase", f"{two}.passphrase", elsewhere):
+            assert f"passphrase file {pw} is open to other users (mode 0644)" in log, log
         for n in ("one", "two", "three"):
             assert kw[n + ".pass"] not in log
     finally:
@@ -287,6 +290,8 @@ def test_keydir_as_credentials_directory_per_key(kw, tmp_path):
         assert "skipped" not in log, log  # no *.passphrase file was taken for a key file
         assert f"(passphrase {creds}/a.pgp.passphrase)" in log
         assert f"(passphrase {creds}/passphrase)" in log  # c.pgp: the global one
+        # written 0644, the global one is named like the others
+        assert f"passphrase file {creds}/passphrase is open to other users (mode 0644)" in log, log
         d.proc.send_signal(signal.SIGHUP)
         d.wait_log("reloaded:")
         log = d.text()
