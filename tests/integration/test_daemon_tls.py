@@ -518,20 +518,97 @@ def test_too_many_pins(world, pki, tmp_path):
         assert d.stop() == 0
 
 
-def test_tls_slow_reader_large_message_bounded(world, pki, tmp_path):
+@pytest.fixture(scope="module")
+def large_message(world):
+    """64 MiB of plaintext (a rotated random MiB, uncompressed) encrypted to
+    alice, and its SHA-256."""
+    block = os.urandom(1 << 20)
+    plain = b"".join(block[i:] + block[:i] for i in range(64))
+    return world["gpg"].encrypt(plain, "alice@example.org", compress=0), hashlib.sha256(plain).digest()
+
+
+def read_slowly(d, probe, c, msg, would_block, slow=3):
+    """Send msg as one DECRYPT on Client c, whose socket is driven
+    non-blocking (would_block: the exceptions that say "not now"), reading
+    its plaintext slowly for slow seconds (64 KiB every 50 ms) and then at
+    full speed.  Returns the RESULT, the plaintext's length and SHA-256, the
+    plaintext read in the slow phase, the peak of pgpdecd_unsent_bytes
+    (probe's STATS) and of the daemon's RSS (KiB) seen meanwhile."""
+    import select
+    rid = c.new_id()
+    mf = c.max_frame
+    out = pdwire.frame(pdwire.DECRYPT, rid, struct.pack(">I", 0)) + \
+        b"".join(pdwire.frame(pdwire.DATA, rid, msg[o:o + mf]) for o in range(0, len(msg), mf)) + \
+        pdwire.frame(pdwire.END, rid)
+    s = c.s
+    s.setblocking(False)
+    buf = bytearray(c.buf)
+    off, got, slow_got, peak, unsent, res = 0, 0, 0, 0, 0, None
+    h = hashlib.sha256()
+    t0 = time.time()
+    next_read = t0
+
+    def pump_out():
+        nonlocal off
+        while off < len(out):
+            try:
+                off += s.send(out[off:off + (1 << 16)])
+            except would_block:
+                return
+
+    def pump_in(limit):
+        n = 0
+        while n < limit:
+            try:
+                chunk = s.recv(1 << 16)
+            except would_block:
+                return
+            assert chunk, "the daemon closed the connection"
+            buf.extend(chunk)
+            n += len(chunk)
+
+    while res is None:
+        pump_out()
+        now = time.time()
+        slowly = now - t0 < slow
+        if slowly:
+            if now >= next_read:  # a trickle: 64 KiB every 50 ms
+                pump_in(1 << 16)
+                next_read = now + 0.05
+                peak = max(peak, d.rss_kib())
+                unsent = max(unsent, pdwire.parse_prometheus(probe.stats())["pgpdecd_unsent_bytes"])
+            select.select([], [s] if off < len(out) else [], [], 0.01)
+        else:
+            select.select([s], [s] if off < len(out) else [], [], 1)
+            pump_in(8 << 20)
+        while len(buf) >= 9:
+            n, ftype, fid = struct.unpack_from(">IBI", buf)
+            if len(buf) < 9 + n:
+                break
+            p = bytes(buf[9:9 + n])
+            del buf[:9 + n]
+            if ftype == pdwire.RESULT:
+                res = pdwire.parse_result(p)
+                break
+            assert ftype == pdwire.DATA and fid == rid, ftype
+            h.update(p)
+            got += len(p)
+            if slowly:
+                slow_got = got
+            elif got % (8 << 20) < len(p):
+                peak = max(peak, d.rss_kib())
+    return {"result": res, "got": got, "sha256": h.digest(), "slow_got": slow_got, "unsent": unsent,
+            "rss_peak": peak}
+
+
+def test_tls_slow_reader_large_message_bounded(world, pki, tmp_path, large_message):
     """A 64 MiB message over TLS to a client that sends all along but reads
     its plaintext slowly (one thread drives the TLS connection, non-blocking,
     as OpenSSL needs): the daemon races no further ahead than its write
     watermark (its unsent output, records included, stays near
     write-high-watermark) and its RSS stays far below the message; then
     everything arrives byte-exact at full speed."""
-    import select
-    size = 64 << 20
-    block = os.urandom(1 << 20)
-    plain = b"".join(block[i:] + block[:i] for i in range(64))
-    msg = world["gpg"].encrypt(plain, "alice@example.org", compress=0)
-    want = hashlib.sha256(plain).digest()
-    del plain
+    msg, want = large_message
     env = dict(os.environ, ASAN_OPTIONS="quarantine_size_mb=8:" + os.environ.get("ASAN_OPTIONS", ""))
     port = free_port()
     d = Daemon(world, tmp_path, "--listen", f"tcp:127.0.0.1:{port}", "--tls-cert", str(pki["srv"][1]),
@@ -542,71 +619,10 @@ def test_tls_slow_reader_large_message_bounded(world, pki, tmp_path):
         base = d.rss_kib()
         probe = tls_client(port, pki, pki["good"], timeout=60)
         c = tls_client(port, pki, pki["good"], timeout=60)
-        rid = c.new_id()
-        mf = c.max_frame
-        out = pdwire.frame(pdwire.DECRYPT, rid, struct.pack(">I", 0)) + \
-            b"".join(pdwire.frame(pdwire.DATA, rid, msg[o:o + mf]) for o in range(0, len(msg), mf)) + \
-            pdwire.frame(pdwire.END, rid)
-        del msg
-        s = c.s
-        s.setblocking(False)
-        buf = bytearray(c.buf)
-        off, got, slow_got, peak, unsent, res = 0, 0, 0, 0, 0, None
-        h = hashlib.sha256()
-        t0 = time.time()
-        next_read = t0
-
-        def pump_out():
-            nonlocal off
-            while off < len(out):
-                try:
-                    off += s.send(out[off:off + (1 << 16)])
-                except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
-                    return
-
-        def pump_in(limit):
-            n = 0
-            while n < limit:
-                try:
-                    chunk = s.recv(1 << 16)
-                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                    return
-                assert chunk, "the daemon closed the connection"
-                buf.extend(chunk)
-                n += len(chunk)
-
-        while res is None:
-            pump_out()
-            now = time.time()
-            slow = now - t0 < 3
-            if slow:
-                if now >= next_read:  # a trickle: 64 KiB every 50 ms
-                    pump_in(1 << 16)
-                    next_read = now + 0.05
-                    peak = max(peak, d.rss_kib())
-                    unsent = max(unsent, pdwire.parse_prometheus(probe.stats())["pgpdecd_unsent_bytes"])
-                select.select([], [s] if off < len(out) else [], [], 0.01)
-            else:
-                select.select([s], [s] if off < len(out) else [], [], 1)
-                pump_in(8 << 20)
-            while len(buf) >= 9:
-                n, ftype, fid = struct.unpack_from(">IBI", buf)
-                if len(buf) < 9 + n:
-                    break
-                p = bytes(buf[9:9 + n])
-                del buf[:9 + n]
-                if ftype == pdwire.RESULT:
-                    res = pdwire.parse_result(p)
-                    break
-                assert ftype == pdwire.DATA and fid == rid, ftype
-                h.update(p)
-                got += len(p)
-                if slow:
-                    slow_got = got
-                elif got % (8 << 20) < len(p):
-                    peak = max(peak, d.rss_kib())
-        assert res["name"] == "OK", res
-        assert got == size and h.digest() == want
+        r = read_slowly(d, probe, c, msg, (ssl.SSLWantWriteError, ssl.SSLWantReadError))
+        assert r["result"]["name"] == "OK", r["result"]
+        assert r["got"] == 64 << 20 and r["sha256"] == want
+        slow_got, unsent, peak = r["slow_got"], r["unsent"], r["rss_peak"]
         assert slow_got < 32 << 20, slow_got  # it did not race ahead of the reader
         # write-high-watermark (1 MiB) and what was on its way when it was
         # crossed: the buffer being written, the one queued and the one the
@@ -618,3 +634,4 @@ def test_tls_slow_reader_large_message_bounded(world, pki, tmp_path):
               f"read {slow_got} bytes in the slow phase")
     finally:
         assert d.stop() == 0
+
