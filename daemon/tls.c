@@ -20,6 +20,7 @@
 
 #define TIN_SIZE (64u << 10) /* a few records of ciphertext */
 #define OUT_MIN (16u << 10)  /* gathering buffer for handshake flights and alerts */
+#define REC_FULL (16u << 10) /* plaintext of a full record (TLS's most) */
 
 struct pd_tls_creds {
 	atomic_uint n_ref;
@@ -39,6 +40,7 @@ struct pd_tls {
 	struct pd_buf in;         /* ciphertext read, not yet pulled (buf.h) */
 	struct pd_obuf *out;      /* records of the current call, gathered for one push */
 	size_t out_hint;          /* room the next gathering buffer starts with */
+	size_t rec;               /* plaintext per record the peer takes (its record_size_limit, once seen) */
 	bool ready;
 	char detail[160];
 };
@@ -178,6 +180,40 @@ static ssize_t pull(gnutls_transport_ptr_t ptr, void *buf, size_t len)
 	return (ssize_t)n;
 }
 
+/* The octets of the records that carry len octets of plaintext, at t->rec
+ * a record (gnutls_record_overhead_size: the most a record adds). */
+static size_t records_size(const struct pd_tls *t, size_t len)
+{
+	return len + (len + t->rec - 1) / t->rec * gnutls_record_overhead_size(t->s);
+}
+
+size_t pd_tls_plain_room(const struct pd_tls *t, size_t room)
+{
+	size_t ovh = gnutls_record_overhead_size(t->s), full = t->rec + ovh, rest = room % full;
+	return room / full * t->rec + (rest > ovh ? rest - ovh : 0);
+}
+
+/* The gathering buffer, with room for more octets: moved to a buffer of
+ * what it holds and more (never more than that: the buffer is what a slow
+ * reader's write queue holds).  False: no memory. */
+static bool out_reserve(struct pd_tls *t, size_t more)
+{
+	if (!t->out) {
+		t->out_hint = more;
+		return true;
+	}
+	if (t->out->cap - t->out->len >= more)
+		return true;
+	struct pd_obuf *n = pd_obuf_new(t->out->len + more);
+	if (!n)
+		return false;
+	memcpy(n->data, t->out->data, t->out->len);
+	n->len = t->out->len;
+	pd_obuf_free(t->out);
+	t->out = n;
+	return true;
+}
+
 /* Records out: GnuTLS pushes each record as it makes it (a 16 KiB record
  * per push for a large frame).  They are gathered into one buffer and handed
  * to the session's writer once, when the call that made them returns
@@ -200,22 +236,11 @@ static ssize_t vec_push(gnutls_transport_ptr_t ptr, const giovec_t *iov, int iov
 	size_t total = 0;
 	for (int i = 0; i < iovcnt; i++)
 		total += iov[i].iov_len;
-	if (t->out && t->out->cap - t->out->len < total) {
-		/* The hint fell short (the peer asked for smaller records than
-		 * the size we guessed): grow, so that the call's records still
-		 * leave in one buffer.  What one call makes is bounded by its
-		 * plaintext and the per-record overhead. */
-		size_t want = t->out->len + total, cap = 2 * t->out->cap;
-		struct pd_obuf *n = pd_obuf_new(cap > want ? cap : want);
-		if (n) {
-			memcpy(n->data, t->out->data, t->out->len);
-			n->len = t->out->len;
-			pd_obuf_free(t->out);
-			t->out = n;
-		} else {
-			flush_out(t); /* no memory for more: what there is goes first, in order */
-		}
-	}
+	/* A write's records fit the room pd_tls_write sized or reserved
+	 * (gnutls_record_overhead_size is the most a record adds); this
+	 * grows a handshake flight larger than OUT_MIN, record by record. */
+	if (t->out && !out_reserve(t, total))
+		flush_out(t); /* no memory for more: what there is goes first, in order */
 	if (!t->out) {
 		t->out = pd_obuf_new(total > t->out_hint ? total : t->out_hint);
 		if (!t->out) {
@@ -249,6 +274,7 @@ int pd_tls_new(struct pd_tls **ret, struct pd_tls_creds *cr, pd_tls_push_fn push
 	t->push = push;
 	t->user = user;
 	t->out_hint = OUT_MIN;
+	t->rec = REC_FULL; /* until the peer's records show its record_size_limit */
 	gnutls_priority_set(t->s, cr->prio);
 	gnutls_credentials_set(t->s, GNUTLS_CRD_CERTIFICATE, cr->x509);
 	if (cr->require_cert)
@@ -431,12 +457,16 @@ bool pd_tls_ready(const struct pd_tls *t) { return t->ready; }
 
 int pd_tls_write(struct pd_tls *t, const uint8_t *p, size_t len)
 {
-	/* Each gnutls_record_send makes one record; the gathering buffer is
-	 * sized for full ones.  gnutls_record_get_max_size is the receive
-	 * limit, so a peer's smaller send limit (record_size_limit) makes
-	 * vec_push grow the buffer: this is a guess, not a bound. */
-	size_t rec = gnutls_record_get_max_size(t->s);
-	t->out_hint = len + (len / (rec ? rec : 1) + 1) * gnutls_record_overhead_size(t->s);
+	/* Each gnutls_record_send makes one record of at most what the peer
+	 * takes; the gathering buffer is sized for the records of len at
+	 * t->rec a record.  GnuTLS does not tell the peer's record_size_limit
+	 * (gnutls_record_get_max_size is ours), so t->rec starts at full
+	 * records and learns the peer's from the first record that came out
+	 * smaller than what was left: the buffer then grows once, to what the
+	 * rest takes, and the next calls are sized right from the start.
+	 * Never more: the buffer goes to the session's write queue as it is,
+	 * and what it holds counts against write-high-watermark. */
+	t->out_hint = records_size(t, len);
 	int r = 0;
 	while (len) {
 		ssize_t n = gnutls_record_send(t->s, p, len);
@@ -449,6 +479,13 @@ int pd_tls_write(struct pd_tls *t, const uint8_t *p, size_t len)
 		}
 		p += n;
 		len -= (size_t)n;
+		if (len && n > 0 && (size_t)n < t->rec) {
+			t->rec = (size_t)n;
+			if (!out_reserve(t, records_size(t, len))) {
+				flush_out(t); /* no memory to grow: what there is goes first, in order */
+				t->out_hint = records_size(t, len);
+			}
+		}
 	}
 	flush_out(t);
 	return r;

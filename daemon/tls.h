@@ -55,6 +55,9 @@ ssize_t pd_tls_read(struct pd_tls *t, uint8_t *out, size_t cap);
 bool pd_tls_ready(const struct pd_tls *t);
 /** Encrypt len plaintext bytes (whole, pushed through the push callback). */
 int pd_tls_write(struct pd_tls *t, const uint8_t *p, size_t len);
+/** The most plaintext whose records fit in room octets, at the record size
+ * the peer takes (as far as pd_tls_write has seen it). */
+size_t pd_tls_plain_room(const struct pd_tls *t, size_t room);
 /** Send close_notify (through push). */
 void pd_tls_bye(struct pd_tls *t);
 /** SHA-256 of the client certificate (DER) into out: false when it sent none. */

@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 import pdwire  # noqa: E402
 from pdwire import Client, ConnectionEnded  # noqa: E402
-from test_daemon import Daemon, PGPDECD, check_ok, world  # noqa: E402,F401
+from test_daemon import BUILD, Daemon, PGPDECD, check_ok, world  # noqa: E402,F401
 
 pytestmark = pytest.mark.skipif(not shutil.which("certtool") or not shutil.which("gpg") or not os.path.exists(PGPDECD),
                                 reason="needs certtool (gnutls-bin), gpg and a built daemon")
@@ -635,3 +635,71 @@ def test_tls_slow_reader_large_message_bounded(world, pki, tmp_path, large_messa
     finally:
         assert d.stop() == 0
 
+
+RELAY = os.path.join(BUILD, "tests", "tools", "pd-tls-relay")
+
+
+def relay_client(port, pki, record_size, priority="NORMAL", timeout=60):
+    """A Client over pd-tls-relay (GnuTLS, with this priority string), which
+    asks the daemon for records of at most record_size octets
+    (record_size_limit): Python's ssl cannot.  Returns the relay's process
+    and the Client."""
+    a, b = socket.socketpair()
+    proc = subprocess.Popen([RELAY, "--record-size", str(record_size), "--priority", priority,
+                             "--ca", str(pki["ca"][1]),
+                             "--cert", str(pki["good"][1]), "--key", str(pki["good"][0]), "127.0.0.1", str(port)],
+                            stdin=b, stdout=b, stderr=subprocess.PIPE)
+    b.close()
+    return proc, Client(sock=a, timeout=timeout)
+
+
+def relay_end(proc, c):
+    """Hang up on the relay; its closing line (records and the largest)."""
+    c.close()
+    _, err = proc.communicate(timeout=30)
+    m = re.search(rb"(\d+) records, largest (\d+) octets", err)
+    assert proc.returncode == 0 and m, err
+    return int(m[1]), int(m[2])
+
+
+@pytest.mark.skipif(not os.path.exists(RELAY), reason="needs pd-tls-relay (tests/tools)")
+@pytest.mark.parametrize("record,priority,extra", [
+    # TLS 1.3: record_size_limit 512, the least GnuTLS grants, is 511
+    # octets of plaintext beside the content type; 22 octets a record more
+    (511, "NORMAL:%ALLOW_SMALL_RECORDS", ()),
+    # TLS 1.2 with AES-CBC and HMAC-SHA1: IV, MAC and padding, up to 57
+    (512, "NORMAL:-VERS-ALL:+VERS-TLS1.2:-CIPHER-ALL:+AES-128-CBC:-MAC-ALL:+SHA1", ("--tls-min-version", "1.2")),
+], ids=["tls13-gcm-511", "tls12-cbc-512"])
+def test_tls_slow_reader_small_records_bounded(world, pki, tmp_path, large_message, record, priority, extra):
+    """The slow reader of test_tls_slow_reader_large_message_bounded, reading
+    slowly for longer (several rounds of the watermark), over a client that
+    asks for the smallest records the daemon grants (record_size_limit):
+    the records of a job's output outgrow the buffer sized for full ones,
+    and one session's unsent output must still stay within the watermark
+    and what was on its way, as with full records (it reached 1.70-2.35 MB
+    under a 1 MiB watermark when that buffer doubled)."""
+    msg, want = large_message
+    port = free_port()
+    d = Daemon(world, tmp_path, "--listen", f"tcp:127.0.0.1:{port}", "--tls-cert", str(pki["srv"][1]),
+               "--tls-key", str(pki["srv"][0]), "--tls-ca", str(pki["ca"][1]), "--message-timeout", "10m", *extra)
+    try:
+        wait_port(port)
+        probe = tls_client(port, pki, pki["good"], timeout=60)
+        proc, c = relay_client(port, pki, record, priority)
+        try:
+            r = read_slowly(d, probe, c, msg, (BlockingIOError,), slow=6)
+        finally:
+            records, largest = relay_end(proc, c)
+        assert r["result"]["name"] == "OK", r["result"]
+        assert r["got"] == 64 << 20 and r["sha256"] == want
+        assert largest == record and records > (64 << 20) // record, (records, largest)
+        # As with full records: the watermark (1 MiB) and what was on its
+        # way, three request-buffers (128 KiB) with frame and record
+        # overhead.  Measured: 1,314,264-1,321,439 (TLS 1.3) and 1,331,751
+        # (TLS 1.2 CBC) octets; full records 1,229,548-1,323,356.
+        unsent = r["unsent"]
+        assert 0 < unsent <= (1 << 20) + 3 * (136 << 10), unsent
+        print(f"tls slow reader, {record}-octet records: unsent at most {unsent:.0f} bytes, "
+              f"read {r['slow_got']} bytes in the slow phase, {records} records")
+    finally:
+        assert d.stop() == 0
