@@ -181,6 +181,17 @@ def test_tls12(world, pki, tmp_path):
         got, res, _ = c.decrypt(msg)
         check_ok(got, res, plain)
         assert tls_client(port, pki, pki["good"]).s.version() == "TLSv1.3"  # 1.3 still preferred
+        # TLS 1.2 is AEAD and ECDHE only: a client with AES-CBC suites or
+        # RSA key exchange alone is refused at the handshake
+        for suites in ("ECDHE-RSA-AES128-SHA:ECDHE-ECDSA-AES128-SHA", "AES128-GCM-SHA256:AES256-GCM-SHA384"):
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+            ctx.set_ciphers(suites)
+            ctx.load_verify_locations(str(pki["ca"][1]))
+            ctx.load_cert_chain(str(pki["good"][1]), str(pki["good"][0]))
+            with socket.create_connection(("127.0.0.1", port), timeout=20) as raw:
+                with pytest.raises(ssl.SSLError):
+                    ctx.wrap_socket(raw, server_hostname="localhost")
     finally:
         assert d.stop() == 0
     port = free_port()
@@ -667,9 +678,9 @@ def relay_end(proc, c):
     # TLS 1.3: record_size_limit 512, the least GnuTLS grants, is 511
     # octets of plaintext beside the content type; 22 octets a record more
     (511, "NORMAL:%ALLOW_SMALL_RECORDS", ()),
-    # TLS 1.2 with AES-CBC and HMAC-SHA1: IV, MAC and padding, up to 57
-    (512, "NORMAL:-VERS-ALL:+VERS-TLS1.2:-CIPHER-ALL:+AES-128-CBC:-MAC-ALL:+SHA1", ("--tls-min-version", "1.2")),
-], ids=["tls13-gcm-511", "tls12-cbc-512"])
+    # TLS 1.2 with AES-128-GCM: explicit nonce and tag, 29 octets a record
+    (512, "NORMAL:-VERS-ALL:+VERS-TLS1.2:-CIPHER-ALL:+AES-128-GCM", ("--tls-min-version", "1.2")),
+], ids=["tls13-gcm-511", "tls12-gcm-512"])
 def test_tls_slow_reader_small_records_bounded(world, pki, tmp_path, large_message, record, priority, extra):
     """The slow reader of test_tls_slow_reader_large_message_bounded, reading
     slowly for longer (several rounds of the watermark), over a client that
@@ -696,7 +707,8 @@ def test_tls_slow_reader_small_records_bounded(world, pki, tmp_path, large_messa
         # As with full records: the watermark (1 MiB) and what was on its
         # way, three request-buffers (128 KiB) with frame and record
         # overhead.  Measured: 1,314,264-1,321,439 (TLS 1.3) and 1,331,751
-        # (TLS 1.2 CBC) octets; full records 1,229,548-1,323,356.
+        # (TLS 1.2 AES-CBC, no longer offered) octets; full records
+        # 1,229,548-1,323,356.
         unsent = r["unsent"]
         assert 0 < unsent <= (1 << 20) + 3 * (136 << 10), unsent
         print(f"tls slow reader, {record}-octet records: unsent at most {unsent:.0f} bytes, "
