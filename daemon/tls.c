@@ -266,6 +266,59 @@ static ssize_t vec_push(gnutls_transport_ptr_t ptr, const giovec_t *iov, int iov
 	return (ssize_t)total;
 }
 
+/* Before a client's CertificateVerify is checked (on the loop, during the
+ * handshake, before the CA or the pins are): a signature of an RSA key
+ * costs what its public exponent makes it, and a client may send a key
+ * whose exponent is as large as its modulus (8192 bits: 89 ms of the
+ * loop, against 2 ms for e = 65537).  An exponent over 64 bits (OpenSSL's
+ * own limit above 3072-bit moduli) or a modulus over 16384 bits is
+ * refused here, before that check. */
+static int cert_verify_hook(gnutls_session_t s, unsigned htype, unsigned when, unsigned incoming,
+                            const gnutls_datum_t *msg)
+{
+	struct pd_tls *t = gnutls_transport_get_ptr(s);
+	unsigned n = 0;
+	const gnutls_datum_t *certs = gnutls_certificate_get_peers(s, &n);
+	gnutls_x509_crt_t crt;
+	gnutls_datum_t m = { 0 }, e = { 0 };
+	int r = 0;
+
+	(void)htype;
+	(void)when;
+	(void)msg;
+	if (!incoming || !certs || !n)
+		return 0;
+	if (gnutls_x509_crt_init(&crt) < 0)
+		return GNUTLS_E_MEMORY_ERROR;
+	if (gnutls_x509_crt_import(crt, &certs[0], GNUTLS_X509_FMT_DER) < 0) {
+		r = GNUTLS_E_CERTIFICATE_ERROR;
+	} else {
+		int pk = gnutls_x509_crt_get_pk_algorithm(crt, NULL);
+		if ((pk == GNUTLS_PK_RSA || pk == GNUTLS_PK_RSA_PSS) && gnutls_x509_crt_get_pk_rsa_raw(crt, &m, &e) == 0) {
+			size_t eb = e.size, mb = m.size; /* octets, leading zeros stripped below */
+			const unsigned char *ep = e.data, *mp = m.data;
+			while (eb && !*ep) {
+				ep++;
+				eb--;
+			}
+			while (mb && !*mp) {
+				mp++;
+				mb--;
+			}
+			if (eb > 8 || mb > 2048) {
+				snprintf(t->detail, sizeof(t->detail), "client certificate refused: its RSA key's public "
+				         "exponent of %zu bits (modulus %zu bits) costs too much to check (at most 64 and 16384)",
+				         eb ? 8 * (eb - 1) + 32 - (size_t)__builtin_clz(ep[0]) : 0, 8 * mb);
+				r = GNUTLS_E_CERTIFICATE_ERROR;
+			}
+			gnutls_free(m.data);
+			gnutls_free(e.data);
+		}
+	}
+	gnutls_x509_crt_deinit(crt);
+	return r;
+}
+
 int pd_tls_new(struct pd_tls **ret, struct pd_tls_creds *cr, pd_tls_push_fn push, void *user)
 {
 	struct pd_tls *t = calloc(1, sizeof(*t));
@@ -295,6 +348,9 @@ int pd_tls_new(struct pd_tls **ret, struct pd_tls_creds *cr, pd_tls_push_fn push
 	gnutls_transport_set_ptr(t->s, t);
 	gnutls_transport_set_pull_function(t->s, pull);
 	gnutls_transport_set_vec_push_function(t->s, vec_push);
+	if (cr->require_cert || cr->verify_ca || cr->n_pins)
+		gnutls_handshake_set_hook_function(t->s, GNUTLS_HANDSHAKE_CERTIFICATE_VERIFY, GNUTLS_HOOK_POST,
+		                                   cert_verify_hook);
 	gnutls_handshake_set_timeout(t->s, 0); /* the session's sweep enforces it */
 	*ret = t;
 	return 0;
@@ -427,7 +483,9 @@ static ssize_t tls_read(struct pd_tls *t, uint8_t *out, size_t cap)
 		if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED)
 			return 0;
 		if (r < 0) {
-			if (r == GNUTLS_E_CERTIFICATE_REQUIRED || r == GNUTLS_E_NO_CERTIFICATE_FOUND)
+			if (t->detail[0])
+				; /* said why (cert_verify_hook) */
+			else if (r == GNUTLS_E_CERTIFICATE_REQUIRED || r == GNUTLS_E_NO_CERTIFICATE_FOUND)
 				snprintf(t->detail, sizeof(t->detail), "TLS handshake failed: no client certificate, "
 				         "and tls-require-client-cert is on");
 			else
