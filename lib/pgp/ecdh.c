@@ -202,7 +202,9 @@ static int setup_openssl(struct pd_key *k)
 		const uint8_t *pub = x_pub(k, len);
 		uint8_t got[56];
 		size_t glen = sizeof(got);
-		if (!pub || !k->native_sk || k->native_sk_len != len)
+		if (!pub) /* cv25519 without the 0x40 prefix: the key's fields (validate() leaves it to here) */
+			return PD_EMALFORMED;
+		if (!k->native_sk || k->native_sk_len != len)
 			return PD_EINTERNAL;
 		/* OpenSSL 3.0 imports a raw X25519/X448 scalar into the normal
 		 * heap (OSSL_PARAM_get_octet_string allocates it); its key

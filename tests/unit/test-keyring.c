@@ -786,6 +786,36 @@ static void test_s2k_usages(void **state)
 }
 
 /* LibrePGP v5 keys are not supported: a file of only v5 keys says so. */
+/* A cv25519 subkey whose public point lacks its 0x40 prefix is malformed
+ * input, skipped as such with either ECDH backend: the OpenSSL backend's
+ * setup (the check of an X key since the libgcrypt check went) took it for
+ * an internal error, failing the whole file instead. */
+static void test_cv25519_point_prefix(void **state)
+{
+	(void)state;
+	static const uint8_t oid[] = { 0x2B, 0x06, 0x01, 0x04, 0x01, 0x97, 0x55, 0x01, 0x05, 0x01 };
+	size_t len;
+	uint8_t *buf = load("cv25519.gpg", &len);
+	uint8_t *at = NULL;
+	for (size_t i = 0; i + sizeof(oid) + 3 <= len && !at; i++)
+		if (!memcmp(buf + i, oid, sizeof(oid)))
+			at = buf + i + sizeof(oid) + 2; /* past the MPI's bit count: the prefix */
+	assert_non_null(at);
+	assert_int_equal(*at, 0x40);
+	*at = 0x41;
+	for (int be = 0; be < 2; be++) {
+		struct pd_keyring *kr;
+		char detail[256] = "";
+		assert_int_equal(pd_keyring_new(&kr, PD_RSA_DEFAULT), 0);
+		assert_int_equal(pd_keyring_set_ecdh_backend(kr, be ? PD_ECDH_GCRYPT : PD_ECDH_OPENSSL), 0);
+		int r = pd_keyring_add(kr, buf, len, NULL, 0, detail, sizeof(detail));
+		if (r != PD_EMALFORMED)
+			fail_msg("%s backend: %d (%s): %s", be ? "libgcrypt" : "OpenSSL", r, pd_strerror(r), detail);
+		pd_keyring_free(kr);
+	}
+	free(buf);
+}
+
 static void test_v5_rejected(void **state)
 {
 	(void)state;
@@ -1384,6 +1414,7 @@ int main(void)
 		cmocka_unit_test(test_s2k_usages),
 		cmocka_unit_test(test_mismatch),
 		cmocka_unit_test(test_v5_rejected),
+		cmocka_unit_test(test_cv25519_point_prefix),
 		cmocka_unit_test(test_truncation),
 		cmocka_unit_test(test_bitflips),
 		cmocka_unit_test(test_hostile_params),
