@@ -265,7 +265,8 @@ static int setup_openssl(struct pd_key *k)
 	k->ecdh_pkey = pkey;
 	return 0;
 fail:
-	/* Only resources can fail here: the key checked out with libgcrypt. */
+	/* Only resources can fail here: the scalar has its length and a
+	 * Weierstrass point was checked by libgcrypt (validate_secret). */
 	ERR_clear_error();
 	return -ENOMEM;
 out:
