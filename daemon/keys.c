@@ -392,6 +392,7 @@ struct job {
 	int r;                     /* of the step that failed, or pd_keyring_add's count */
 	enum { J_OK, J_FAIL, J_PASSREAD, J_KEYREAD, J_ADD } stage;
 	bool pass_read, key_read;  /* for the list of files read */
+	bool unlocked;             /* its unlock step ran (or prepare failed): ready to finish */
 	struct pd_keyring *kr;     /* what it added, until the merge */
 	char detail[512];          /* J_FAIL: the whole sentence; J_ADD: the ring's detail */
 	struct skiprec *skips;
@@ -706,20 +707,35 @@ static int finish_file(struct load *L, struct job *j)
 	return 0;
 }
 
-/* The unlock step of every job, on nthreads threads (this one too): each
- * takes the next job not taken.  A job past one that failed is not
- * started: the load fails there anyway. */
+/* The unlock step of the jobs from next on, on nthreads threads (this one
+ * too): each takes the next job not taken.  A job past one that failed is
+ * not started: the load fails there anyway.  Nor is one taken once the
+ * keys unlocked pass the ring's cap (keys, the set's so far and this
+ * round's, counted together): a directory of many files of many keys fails
+ * with about the cap's worth unlocked, not all of them.  The count is of
+ * the keys each file's own ring took, and a key another file holds too is
+ * merged once, so the cap passed here need not fail the merge: the finish
+ * step, in file order, starts another round at the first job not unlocked
+ * (see add_files).  Whatever stopped, the jobs unlocked are those from the
+ * round's first to the last taken, all of them: a job is taken only after
+ * the checks, and a job taken is unlocked. */
 struct unlock_all {
 	const struct load *L;
 	enum pd_rsa_backend be;
 	struct job *jobs;
 	size_t n;
+	size_t cap;              /* pd_keyring_max_keys() */
 	atomic_size_t next;
 	atomic_size_t failed_at;
+	atomic_size_t keys;      /* the set's keys and the keys unlocked this round */
 };
 
 /* Set once the daemon stops: a reload then unlocks nothing more. */
 static atomic_bool load_cancelled;
+
+static atomic_size_t files_unlocked; /* pd__keyset_files_unlocked */
+
+size_t pd__keyset_files_unlocked(void) { return atomic_exchange(&files_unlocked, 0); }
 
 void pd_keyset_load_cancel(void) { atomic_store(&load_cancelled, true); }
 
@@ -727,15 +743,19 @@ static void *unlock_thread(void *arg)
 {
 	struct unlock_all *u = arg;
 	for (;;) {
-		if (atomic_load(&load_cancelled))
+		if (atomic_load(&load_cancelled) || atomic_load(&u->keys) > u->cap)
 			return NULL;
 		size_t i = atomic_fetch_add(&u->next, 1);
 		if (i >= u->n || i > atomic_load(&u->failed_at))
 			return NULL;
 		struct job *j = &u->jobs[i];
-		if (j->stage == J_FAIL)
-			continue; /* prepare failed */
+		if (j->unlocked)
+			continue; /* prepare failed (or an earlier round unlocked it) */
+		j->unlocked = true;
 		unlock_file(u->L, u->be, j);
+		atomic_fetch_add_explicit(&files_unlocked, 1, memory_order_relaxed);
+		if (j->stage == J_ADD && j->r > 0)
+			atomic_fetch_add(&u->keys, (size_t)j->r);
 		if (j->stage == J_FAIL || j->r == -ENOMEM || j->r == PD_ENEEDPASS || j->r == PD_EBADPASS ||
 		    (j->r < 0 && j->r != PD_ENOSECRET && j->r != PD_EUNSUPPORTED && j->r != PD_EMALFORMED &&
 		     j->r != PD_ENOTPGP && j->r != PD_ETRUNCATED && j->r != PD_ELIMIT)) {
@@ -755,11 +775,27 @@ static unsigned load_threads(const struct pd_config *c, size_t njobs)
 	return njobs < n ? (unsigned)(njobs ? njobs : 1) : n;
 }
 
+/* Step 2 for the jobs from u->next on, on as many threads as the load has
+ * (each stopped as unlock_thread says). */
+static void unlock_round(struct unlock_all *u)
+{
+	unsigned nt = load_threads(u->L->c, u->n - atomic_load(&u->next));
+	pthread_t *th = calloc(nt, sizeof(*th));
+	unsigned started = 0;
+	for (unsigned t = 1; th && t < nt; t++, started++)
+		if (pthread_create(&th[t], NULL, unlock_thread, u) != 0)
+			break;
+	unlock_thread(u);
+	for (unsigned t = 1; t <= started; t++)
+		pthread_join(th[t], NULL);
+	free(th);
+}
+
 /* Load files[0..n) in order (see "One key file" above). */
 static int add_files(struct load *L, enum pd_rsa_backend be, char **files, size_t n)
 {
 	struct job *jobs = calloc(n ? n : 1, sizeof(*jobs));
-	struct unlock_all u = { .L = L, .be = be, .jobs = jobs, .n = n };
+	struct unlock_all u = { .L = L, .be = be, .jobs = jobs, .n = n, .cap = pd_keyring_max_keys() };
 	char *err = L->err;
 	size_t errlen = L->errlen;
 	int r = 0;
@@ -768,6 +804,7 @@ static int add_files(struct load *L, enum pd_rsa_backend be, char **files, size_
 		return fail(L, -ENOMEM, "out of memory");
 	atomic_init(&u.next, 0);
 	atomic_init(&u.failed_at, SIZE_MAX);
+	atomic_init(&u.keys, 0);
 	/* 1: prepare, in order; a failure is kept in its job (the load stops
 	 * at the first failing file, whichever step failed). */
 	for (size_t i = 0; i < n; i++) {
@@ -777,6 +814,7 @@ static int add_files(struct load *L, enum pd_rsa_backend be, char **files, size_
 		jobs[i].r = prepare_file(L, &jobs[i]);
 		if (jobs[i].r < 0) {
 			jobs[i].stage = J_FAIL;
+			jobs[i].unlocked = true;
 			if (atomic_load(&u.failed_at) == SIZE_MAX)
 				atomic_store(&u.failed_at, i);
 			break;
@@ -784,22 +822,37 @@ static int add_files(struct load *L, enum pd_rsa_backend be, char **files, size_
 	}
 	L->err = err;
 	L->errlen = errlen;
-	/* 2: unlock, in parallel */
-	unsigned nt = load_threads(L->c, n);
-	pthread_t *th = calloc(nt, sizeof(*th));
-	unsigned started = 0;
-	for (unsigned t = 1; th && t < nt; t++, started++)
-		if (pthread_create(&th[t], NULL, unlock_thread, &u) != 0)
+	/* 2: unlock, in parallel, and 3: finish, in order, up to the first
+	 * job the unlock left (the cap's stop), then again from there: the
+	 * finish step sees every job as a one-by-one load would, so the set,
+	 * the messages and the first error are the same whatever stopped the
+	 * threads.  A second round comes only when keys repeated across files
+	 * made the count pass the cap while the set did not. */
+	size_t done = 0;
+	while (r == 0 && done < n) {
+		size_t first = done;
+		atomic_store(&u.next, done);
+		atomic_store(&u.keys, pd_keyring_count(L->ks->kr));
+		unlock_round(&u);
+		if (atomic_load(&load_cancelled)) {
+			r = fail(L, -ECANCELED, "the daemon is stopping");
 			break;
-	unlock_thread(&u);
-	for (unsigned t = 1; t <= started; t++)
-		pthread_join(th[t], NULL);
-	free(th);
-	if (atomic_load(&load_cancelled))
-		r = fail(L, -ECANCELED, "the daemon is stopping");
-	/* 3: finish, in order */
-	for (size_t i = 0; i < n && r == 0; i++, L->nfiles_done++)
-		r = finish_file(L, &jobs[i]);
+		}
+		for (; done < n && r == 0; done++, L->nfiles_done++) {
+			struct job *j = &jobs[done];
+			if (!j->unlocked) {
+				if (done > first)
+					break; /* the next round's */
+				/* none taken: the set alone passes the cap, which a
+				 * merge never lets it; unlock it here all the same */
+				j->unlocked = true;
+				unlock_file(L, be, j);
+				atomic_fetch_add_explicit(&files_unlocked, 1, memory_order_relaxed);
+			}
+			r = finish_file(L, j);
+			job_clear(j); /* its ring was merged, or the load fails */
+		}
+	}
 	for (size_t i = 0; i < n; i++)
 		job_clear(&jobs[i]);
 	free(jobs);

@@ -27,6 +27,9 @@ struct pd_keyinfos;
  * workers: the pool's threads (0: PD_MAX_WORKERS); each key keeps prepared
  * per-worker state for that many (pd_keyring_set_workers). */
 int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, unsigned workers, char *err, size_t errlen);
+/** Tests: the key files whose unlock step ran (read, S2K, key checks) in
+ * the loads since the last call. */
+size_t pd__keyset_files_unlocked(void);
 /** The daemon is stopping: a load in progress (a reload) unlocks no
  * further key file and fails with -ECANCELED (the files being unlocked
  * finish their S2K first).  Any thread; final. */

@@ -252,6 +252,11 @@ PD_API int pd_keyring_add_report(struct pd_keyring *kr, const uint8_t *data, siz
  * then nothing moved and from is still the caller's: -EINVAL, -ENOMEM,
  * PD_ELIMIT (the ring would pass its cap of keys). */
 PD_API int pd_keyring_merge(struct pd_keyring *kr, struct pd_keyring *from, char *detail, size_t detail_len);
+/** The most keys a ring holds (100,000): pd_keyring_merge() fails past it
+ * with PD_ELIMIT, and so does pd_keyring_add() for a file that alone would
+ * reach it (a loader unlocking files in parallel can stop once the keys
+ * unlocked pass it). */
+PD_API size_t pd_keyring_max_keys(void);
 /** Number of decryption-capable secret (sub)keys held. */
 PD_API size_t pd_keyring_count(const struct pd_keyring *kr);
 /** The RSA backend its keys use (PD_RSA_DEFAULT resolved at pd_keyring_new). */

@@ -62,6 +62,9 @@ struct pd_key {
 /** Free a key and wipe its secrets; accepts NULL, returns NULL. */
 PD_HIDDEN struct pd_key *pd_key_free(struct pd_key *k);
 
+/** Tests: a lower cap of keys a ring holds (pd_keyring_max_keys; 0: the
+ * default, 100,000).  Returns the cap it replaced. */
+PD_HIDDEN size_t pd__keyring_set_max_keys(size_t n);
 /** Number of keys in the ring and the i-th one. */
 PD_HIDDEN size_t pd__keyring_n(const struct pd_keyring *kr);
 PD_HIDDEN const struct pd_key *pd__keyring_get(const struct pd_keyring *kr, size_t i);

@@ -17,6 +17,7 @@
  * input parsed and unlocked.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include <gcrypt.h>
 #include <openssl/crypto.h>
@@ -35,6 +36,7 @@
  * (contrib/bench/keys.sh loads 10,000); the cap only bounds a runaway
  * key directory. */
 #define MAX_KEYS 100000
+static atomic_size_t max_keys = MAX_KEYS; /* pd__keyring_set_max_keys */
 /* Key files are configuration, not attacker input, but still capped: the
  * RFC 9580 A.5 example (Argon2id, 2 GiB) must load.  Other S2K caps are
  * pd_limits_default()'s. */
@@ -1420,7 +1422,7 @@ static int parse_packets(struct ctx *c, const uint8_t *p, size_t len, struct bat
 			c->n_dup++;
 			continue;
 		}
-		if (c->kr->n + b->n >= MAX_KEYS) {
+		if (c->kr->n + b->n >= atomic_load_explicit(&max_keys, memory_order_relaxed)) {
 			pd_key_free(k);
 			e = pd_fail(c->detail, c->detail_len, PD_ELIMIT, "too many keys in the ring");
 			goto out;
@@ -1612,7 +1614,7 @@ int pd_keyring_merge(struct pd_keyring *kr, struct pd_keyring *from, char *detai
 	size_t fresh = 0;
 	for (size_t i = 0; i < from->n; i++)
 		fresh += !ring_has(kr, from->keys[i]);
-	if (kr->n + fresh > MAX_KEYS)
+	if (kr->n + fresh > pd_keyring_max_keys())
 		return pd_fail(detail, detail_len, PD_ELIMIT, "too many keys in the ring");
 	for (size_t i = 0; i < from->n; i++) {
 		struct pd_key *k = from->keys[i];
@@ -1663,6 +1665,10 @@ int pd_keyring_add(struct pd_keyring *kr, const uint8_t *data, size_t len, const
 {
 	return pd_keyring_add_report(kr, data, len, pass, passlen, NULL, NULL, detail, detail_len);
 }
+
+size_t pd_keyring_max_keys(void) { return atomic_load_explicit(&max_keys, memory_order_relaxed); }
+
+size_t pd__keyring_set_max_keys(size_t n) { return atomic_exchange(&max_keys, n ? n : MAX_KEYS); }
 
 size_t pd_keyring_count(const struct pd_keyring *kr)
 {

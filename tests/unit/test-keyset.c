@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -17,6 +18,7 @@
 #include "keys.h"
 #include "log.h"
 #include "pgpdec.h"
+#include "pgp/key.h" /* pd__keyring_set_max_keys */
 
 /* Threads of this process not yet exiting.  A joined thread can still be
  * listed in /proc for a moment after pthread_join returns (the kernel wakes
@@ -194,6 +196,150 @@ static void test_load_into_full_secure_memory(void **state)
 	assert_true(pd_secmem_overflow_warnings() >= 1);
 }
 
+/* A key directory for the cap: file i of dir holds nkeys cv25519 subkeys,
+ * all of them cv25519.gpg's (its Ed25519 primary, user ID and
+ * certification, then nkeys copies of the subkey and its binding), each
+ * with its own creation time and so its own fingerprint: the keys of group
+ * g (file i's unless dup) are distinct from every other group's. */
+static void write_keyfile(const char *dir, unsigned i, unsigned group, unsigned nkeys)
+{
+	static uint8_t src[1024];
+	static size_t len;
+	enum { SUB = 255, SIG = 350 }; /* offsets of the subkey and its binding (gpg --list-packets) */
+	if (!len) {
+		FILE *f = fopen(PD_TEST_DATA "/keys/cv25519.gpg", "rb");
+		assert_non_null(f);
+		len = fread(src, 1, sizeof(src), f);
+		fclose(f);
+		assert_true(len > SIG && src[SUB] == 0x9c && src[SIG] == 0x88);
+	}
+	char path[512];
+	snprintf(path, sizeof(path), "%s/k%03u.gpg", dir, i);
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	fwrite(src, 1, SUB, f);
+	for (unsigned k = 0; k < nkeys; k++) {
+		uint8_t sub[SIG - SUB];
+		memcpy(sub, src + SUB, sizeof(sub));
+		uint32_t created = 1700000000u + group * 1000u + k; /* body octets 1-4, after the 2-octet header */
+		sub[3] = (uint8_t)(created >> 24);
+		sub[4] = (uint8_t)(created >> 16);
+		sub[5] = (uint8_t)(created >> 8);
+		sub[6] = (uint8_t)created;
+		fwrite(sub, 1, sizeof(sub), f);
+		fwrite(src + SIG, 1, len - SIG, f);
+	}
+	assert_int_equal(fclose(f), 0);
+}
+
+static int load_dir(const char *dir, struct pd_keyset **ks, char *err, size_t errlen)
+{
+	char *argv[] = { "pgpdecd", "--listen", "unix:/nonexistent/s", "--workers", "4", "--keydir", (char *)dir, NULL };
+	struct pd_config *c = NULL;
+	if (pd_config_load(&c, 7, argv, err, errlen) != 0)
+		fail_msg("%s", err);
+	*ks = NULL;
+	int r = pd_keyset_load(ks, c, 4, err, errlen);
+	pd_config_free(c);
+	return r;
+}
+
+static void rm_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	for (struct dirent *e; (e = readdir(d));) {
+		char p[512];
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		if (unlink(p) < 0)
+			assert_int_equal(rmdir(p), 0);
+	}
+	closedir(d);
+	assert_int_equal(rmdir(dir), 0);
+}
+
+/* The ring's cap of keys (100,000; 50 here) was checked only when the
+ * per-file rings were merged, after every file of the directory had been
+ * unlocked (its S2K, its RSA checks): 60 files of 5 keys were all
+ * unlocked for a load that fails at the 11th.  The unlock now stops once
+ * the keys unlocked pass the cap, and the load says what a one-by-one
+ * load says: the cap at the file that passes it, or an earlier file's own
+ * error, and keys that repeat others' do not count. */
+static void test_key_cap_stops_the_unlock(void **state)
+{
+	(void)state;
+	enum { FILES = 60, PER = 5, CAP = 50, THREADS = 4 };
+	char dir[] = "/tmp/pd-keyset-cap-XXXXXX", err[1024], want[1024], p[512];
+	struct pd_keyset *ks;
+	assert_non_null(mkdtemp(dir));
+	for (unsigned i = 0; i < FILES; i++)
+		write_keyfile(dir, i, i, PER);
+	size_t old = pd__keyring_set_max_keys(CAP);
+	assert_int_equal(old, 100000);
+	assert_int_equal(pd_keyring_max_keys(), CAP);
+	pd__keyset_files_unlocked();
+
+	/* 50 keys in k000-k009, the 51st in k010: the load fails there, having
+	 * unlocked about the cap's worth of files and what was in flight */
+	snprintf(want, sizeof(want), "key file %s/k010.gpg: %s: too many keys in the ring", dir, pd_strerror(PD_ELIMIT));
+	for (int round = 0; round < 5; round++) {
+		assert_int_equal(load_dir(dir, &ks, err, sizeof(err)), PD_ELIMIT);
+		assert_string_equal(err, want);
+		size_t n = pd__keyset_files_unlocked();
+		print_message("cap %d: %zu of %d files unlocked\n", CAP, n, FILES);
+		assert_true(n >= CAP / PER + 1 && n <= CAP / PER + 1 + THREADS);
+	}
+
+	/* an earlier file's own error is the one reported, not the cap's */
+	snprintf(p, sizeof(p), "%s/k009.gpg.passphrase", dir);
+	assert_int_equal(mkdir(p, 0700), 0);
+	snprintf(want, sizeof(want), "passphrase file %s (for %s/k009.gpg): Is a directory", p, dir);
+	for (int round = 0; round < 5; round++) {
+		assert_int_equal(load_dir(dir, &ks, err, sizeof(err)), -EISDIR);
+		assert_string_equal(err, want);
+	}
+	assert_int_equal(rmdir(p), 0);
+	/* ... and one after the cap's file is not */
+	snprintf(p, sizeof(p), "%s/k012.gpg.passphrase", dir);
+	assert_int_equal(mkdir(p, 0700), 0);
+	snprintf(want, sizeof(want), "key file %s/k010.gpg: %s: too many keys in the ring", dir, pd_strerror(PD_ELIMIT));
+	for (int round = 0; round < 5; round++) {
+		assert_int_equal(load_dir(dir, &ks, err, sizeof(err)), PD_ELIMIT);
+		assert_string_equal(err, want);
+	}
+	assert_int_equal(rmdir(p), 0);
+
+	/* Keys that repeat others' do not count: 60 files of 8 groups (40
+	 * distinct keys, 300 unlocked) load, the set that of a load without
+	 * the cap's stop */
+	for (unsigned i = 0; i < FILES; i++)
+		write_keyfile(dir, i, i % 8, PER);
+	pd__keyset_files_unlocked();
+	assert_int_equal(load_dir(dir, &ks, err, sizeof(err)), 0);
+	assert_int_equal(pd_keyset_count(ks), 8 * PER);
+	assert_int_equal(pd__keyset_files_unlocked(), FILES);
+	char *listing = strdup(pd_keyset_listing(ks));
+	assert_null(pd_keyset_unref(ks));
+	pd__keyring_set_max_keys(0);
+	assert_int_equal(load_dir(dir, &ks, err, sizeof(err)), 0);
+	assert_string_equal(pd_keyset_listing(ks), listing);
+	assert_null(pd_keyset_unref(ks));
+	free(listing);
+	/* ... and 41 distinct keys, the 41st in the last file, fail there */
+	pd__keyring_set_max_keys(8 * PER);
+	write_keyfile(dir, FILES - 1, 100, 1);
+	snprintf(want, sizeof(want), "key file %s/k%03u.gpg: %s: too many keys in the ring", dir, FILES - 1,
+	         pd_strerror(PD_ELIMIT));
+	assert_int_equal(load_dir(dir, &ks, err, sizeof(err)), PD_ELIMIT);
+	assert_string_equal(err, want);
+	pd_keyset_wait_freed();
+	pd__keyring_set_max_keys(0);
+	pd__keyset_files_unlocked();
+	rm_dir(dir);
+}
+
 int main(void)
 {
 	pd_log_init();
@@ -205,6 +351,7 @@ int main(void)
 		cmocka_unit_test(test_many_sets_in_flight),
 		cmocka_unit_test(test_wait_freed_joins_the_threads),
 		cmocka_unit_test(test_load_into_full_secure_memory),
+		cmocka_unit_test(test_key_cap_stops_the_unlock),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	pd_lib_deinit();
