@@ -398,6 +398,7 @@ struct job {
 	struct skiprec *skips;
 	size_t nskips;
 	bool skip_lost;            /* a skip could not be recorded (ENOMEM): the load fails */
+	bool ring_nomem;           /* -ENOMEM: its own ring could not be made (ordinary memory) */
 };
 
 static void job_clear(struct job *j)
@@ -412,12 +413,25 @@ static void job_clear(struct job *j)
 	memset(j, 0, sizeof(*j));
 }
 
+static atomic_uint inject_nomem; /* pd__keyset_inject_nomem: allocations to go, the last one fails */
+
+unsigned pd__keyset_inject_nomem(unsigned nth) { return atomic_exchange(&inject_nomem, nth); }
+
+/* Does this allocation fail, for a test? */
+static bool injected(void)
+{
+	unsigned v = atomic_load_explicit(&inject_nomem, memory_order_relaxed);
+	while (v && !atomic_compare_exchange_weak(&inject_nomem, &v, v - 1))
+		;
+	return v == 1;
+}
+
 /* The key ring reports each key it does not add: kept for the finish
  * step, which logs them in file order. */
 static void on_skip(void *ctx, const struct pd_keyskip *s)
 {
 	struct job *j = ctx;
-	struct skiprec *nv = realloc(j->skips, (j->nskips + 1) * sizeof(*nv));
+	struct skiprec *nv = injected() ? NULL : realloc(j->skips, (j->nskips + 1) * sizeof(*nv));
 	if (!nv) {
 		j->skip_lost = true; /* strict-keys must not pass on a skip it never saw */
 		return;
@@ -542,11 +556,12 @@ static void unlock_file(const struct load *L, enum pd_rsa_backend be, struct job
 	}
 	j->key_read = true;
 	j->stage = J_ADD;
-	j->r = pd_keyring_new(&j->kr, be);
+	j->r = injected() ? -ENOMEM : pd_keyring_new(&j->kr, be);
 	if (j->r == 0) /* the ECDH backend of the ring it is merged into */
 		j->r = pd_keyring_set_ecdh_backend(j->kr, pd_keyring_ecdh_backend(L->ks->kr));
 	if (j->r == 0 && L->workers)
 		j->r = pd_keyring_set_workers(j->kr, L->workers);
+	j->ring_nomem = j->r == -ENOMEM; /* a calloc: none of it is secure memory */
 	if (j->r == 0)
 		j->r = pd_keyring_add_report(j->kr, data, len, pass, passlen, on_skip, j, j->detail, sizeof(j->detail));
 out:
@@ -579,7 +594,10 @@ static uint64_t secmem_want(const struct load *L, uint64_t filled, size_t done)
 
 /* A key that does not fit in secure memory: say which option to set and
  * to what.  The sets alive and the keys this load unlocked so far filled
- * it. */
+ * it.  For a secure buffer of the load's own (read_secure), and for the
+ * key ring's -ENOMEM, which does not say which heap failed: secure memory
+ * is what a load fills (an ordinary allocation known to have failed is
+ * fail_heap's). */
 static int fail_nomem(struct load *L, const char *path)
 {
 	size_t size = pd_secmem_size(), done = L->nfiles_done + atomic_load(&live_keyfiles);
@@ -591,6 +609,15 @@ static int fail_nomem(struct load *L, const char *path)
 	            "key file %s: out of secure memory: the %s of secmem-size are full after %zu of %zu key files; "
 	            "set secmem-size = %s in the configuration (or --secmem-size %s) and restart", path, now,
 	            L->nfiles_done, L->nfiles_total, need, need);
+}
+
+/* An ordinary allocation (malloc) that failed: not secure memory, whose
+ * sentence would send the operator to a secmem-size that does not help. */
+static int fail_heap(struct load *L, const char *path, const char *what)
+{
+	return fail(L, -ENOMEM,
+	            "key file %s: out of memory (the process's ordinary memory, not secure memory: secmem-size is "
+	            "not the cause) while %s", path, what);
 }
 
 /* After a load: libgcrypt does not fail an MPI (the libgcrypt backends'
@@ -640,8 +667,10 @@ static int finish_file(struct load *L, struct job *j)
 	if (j->stage == J_FAIL) /* a file not read; -ENOMEM: no secure buffer for it or its passphrase */
 		return r == -ENOMEM ? fail_nomem(L, path)
 		                    : fail(L, r, "%s", j->detail);
-	if (j->skip_lost)
-		return fail_nomem(L, path);
+	if (j->skip_lost) /* its realloc or strdup */
+		return fail_heap(L, path, "recording the keys it skips");
+	if (j->ring_nomem)
+		return fail_heap(L, path, "setting up its key ring");
 	for (size_t i = 0; i < j->nskips; i++) {
 		const struct skiprec *s = &j->skips[i];
 		if (s->kind == PD_KEYSKIP_UNSUPPORTED || s->kind == PD_KEYSKIP_MALFORMED) {

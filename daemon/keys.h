@@ -30,6 +30,11 @@ int pd_keyset_load(struct pd_keyset **ret, const struct pd_config *c, unsigned w
 /** Tests: the key files whose unlock step ran (read, S2K, key checks) in
  * the loads since the last call. */
 size_t pd__keyset_files_unlocked(void);
+/** Tests: the nth ordinary allocation of a load's unlock step from now on
+ * (a key file's own ring, the record of a key it skips) fails as out of
+ * memory; 0 disarms.  Returns the allocations that were still to go (0
+ * after an injection: it fired). */
+unsigned pd__keyset_inject_nomem(unsigned nth);
 /** The daemon is stopping: a load in progress (a reload) unlocks no
  * further key file and fails with -ECANCELED (the files being unlocked
  * finish their S2K first).  Any thread; final. */

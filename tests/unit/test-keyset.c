@@ -340,6 +340,41 @@ static void test_key_cap_stops_the_unlock(void **state)
 	rm_dir(dir);
 }
 
+/* An ordinary allocation of the load that fails (pd__keyset_inject_nomem:
+ * the key file's own ring, then the record of its Ed25519 primary, which
+ * is not a decryption key) is out of memory, and says so: the load said
+ * "out of secure memory" and named a secmem-size to set, which would not
+ * have helped.  A secure buffer that cannot be had still names it. */
+static void test_out_of_memory_is_not_secure_memory(void **state)
+{
+	(void)state;
+	char err[1024], want[1024], *argv[] = { "pgpdecd", "--listen", "unix:/nonexistent/s", "--workers", "1", "--key",
+	                                        PD_TEST_DATA "/keys/cv25519.gpg", NULL };
+	struct pd_config *c = NULL;
+	struct pd_keyset *ks = NULL;
+	static const char *const what[] = { "setting up its key ring", "recording the keys it skips" };
+
+	if (pd_config_load(&c, 7, argv, err, sizeof(err)) != 0)
+		fail_msg("%s", err);
+	for (unsigned nth = 1; nth <= 2; nth++) {
+		pd__keyset_inject_nomem(nth);
+		int r = pd_keyset_load(&ks, c, 1, err, sizeof(err));
+		assert_int_equal(pd__keyset_inject_nomem(0), 0); /* it fired */
+		print_message("allocation %u: %s\n", nth, err);
+		assert_int_equal(r, -ENOMEM);
+		snprintf(want, sizeof(want), "key file %s/keys/cv25519.gpg: out of memory (the process's ordinary memory, "
+		         "not secure memory: secmem-size is not the cause) while %s", PD_TEST_DATA, what[nth - 1]);
+		assert_string_equal(err, want);
+	}
+	/* the next allocation: nothing fails */
+	pd__keyset_inject_nomem(3);
+	assert_int_equal(pd_keyset_load(&ks, c, 1, err, sizeof(err)), 0);
+	assert_int_not_equal(pd__keyset_inject_nomem(0), 0);
+	assert_null(pd_keyset_unref(ks));
+	pd_keyset_wait_freed();
+	pd_config_free(c);
+}
+
 int main(void)
 {
 	pd_log_init();
@@ -352,6 +387,7 @@ int main(void)
 		cmocka_unit_test(test_wait_freed_joins_the_threads),
 		cmocka_unit_test(test_load_into_full_secure_memory),
 		cmocka_unit_test(test_key_cap_stops_the_unlock),
+		cmocka_unit_test(test_out_of_memory_is_not_secure_memory),
 	};
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
 	pd_lib_deinit();
