@@ -721,6 +721,19 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 		s->last_activity = uv_now(pd_d.loop);
 	}
 	process(s);
+	/* TLS: one full read per turn of the loop.  libuv reads a stream up
+	 * to 32 times a turn while each read fills the buffer, and every TLS
+	 * record is opened here, on the loop, at a cost per record: a client
+	 * sending 1-octet records (23 octets each on the wire) made 32 reads
+	 * about 30 ms of the loop's time, for each such connection, before
+	 * anyone else was served.  A read that filled the buffer may have
+	 * more behind it: stop, and read again at the next turn (the wake
+	 * list runs process() there, which starts reading again). */
+	if (s->tls && nread > 0 && (size_t)nread == buf->len && s->reading && !is_closing(s)) {
+		uv_read_stop(&s->io.s);
+		s->reading = false;
+		pd_session_wake(s);
+	}
 }
 
 /* TLS: handshake, then decrypt into the read buffer while it has room;
