@@ -160,10 +160,12 @@ PD_API int pd_keyring_new(struct pd_keyring **ret, enum pd_rsa_backend backend);
 /** Free a key ring (wipes secrets); accepts NULL, returns NULL. */
 PD_API struct pd_keyring *pd_keyring_free(struct pd_keyring *kr);
 
-/* The backend of the ECDH shared-secret step (cv25519, X25519, X448, NIST
- * and brainpool curves): OpenSSL libcrypto (the scalar in OpenSSL's secure
- * heap, one prepared EVP_PKEY per key, a derive context per worker) or
- * libgcrypt.  Both are constant time and reject the same points. */
+/* The backend of the ECDH shared-secret step of NIST and brainpool keys:
+ * OpenSSL libcrypto (the scalar in OpenSSL's secure heap, one prepared
+ * EVP_PKEY per key, a derive context per worker) or libgcrypt.  Both are
+ * constant time and reject the same points.  cv25519, X25519 and X448
+ * keys go through OpenSSL with either (libgcrypt 1.10's X25519/X448 can
+ * crash when its secure memory is full). */
 enum pd_ecdh_backend {
 	PD_ECDH_DEFAULT = 0, /* $PD_ECDH_BACKEND=openssl|gcrypt if set, else the build's (meson ecdh_backend) */
 	PD_ECDH_OPENSSL = 1,

@@ -1,9 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ECDH shared-secret backends (see pgp/ecdh.h): OpenSSL 3 (EVP_PKEY_derive)
- * and libgcrypt.  For the OpenSSL backend k->ecdh_pkey is the key's
- * EVP_PKEY, made once at load: X25519/X448 (and cv25519, the same
- * function) from the raw scalar with EVP_PKEY_new_raw_private_key and
+ * and libgcrypt.  The Montgomery curves (X25519, X448 and cv25519, the
+ * same function) go through OpenSSL with either backend: libgcrypt 1.10's
+ * X25519/X448 copies the scalar without checking the copies
+ * (gcry_ecc_mul_point makes two in its secure pool, and reads a NULL
+ * pointer when either allocation fails, which another thread's
+ * allocations can make happen at any time, whatever room a probe saw
+ * before; gcry_pk_decrypt makes its copies in the normal heap and frees
+ * them unwiped).  The libgcrypt backend is then the NIST/brainpool
+ * curves' gcry_pk_decrypt (weierstrass_gcrypt).
+ * k->ecdh_pkey is the key's EVP_PKEY, made once at load for every
+ * Montgomery key and for a NIST/brainpool key of the OpenSSL backend:
+ * X25519/X448 from the raw scalar with EVP_PKEY_new_raw_private_key and
  * EVP_PKEY_dup, which puts it in OpenSSL's secure heap (see setup_openssl);
  * NIST/brainpool with EVP_PKEY_fromdata
  * from the group name, a secure BIGNUM scalar and the public point.  Each
@@ -16,15 +25,16 @@
  * derive; for NIST/brainpool a key-import context made once, the point
  * imported per message (where OpenSSL checks it is on the curve).
  *
- * Both backends clamp the Montgomery scalars themselves (RFC 7748 §5),
- * which also copes with the unclamped cv25519 secrets older GnuPG wrote,
- * and both mask the top bit of a 32-octet u (RFC 7748 §5).  A point of
- * small order yields the all-zero shared secret: libgcrypt returns it,
- * OpenSSL refuses to (its derive fails after computing it).  Whether a
+ * OpenSSL clamps the Montgomery scalars itself (RFC 7748 §5), which also
+ * copes with the unclamped cv25519 secrets older GnuPG wrote, and masks
+ * the top bit of a 32-octet u (RFC 7748 §5), as libgcrypt does.  A point
+ * of small order yields the all-zero shared secret, as libgcrypt's
+ * gcry_ecc_mul_point returns it (the unit tests check both agree); OpenSSL
+ * refuses to (its derive fails after computing it).  Whether a
  * point has small order is a property of the public point alone (the
  * clamped scalar is a multiple of the cofactor), so that refusal is no
  * secret; it is turned into the same all-zero output, and the caller's
- * constant-time mask rejects it exactly as on libgcrypt.
+ * constant-time mask rejects it.
  */
 #include <gcrypt.h>
 #include <openssl/bn.h>
@@ -170,27 +180,6 @@ static EVP_PKEY *peer_key(const struct pd_key *k, struct ecdh_worker *ew, const 
 	return *own;
 }
 
-int pd_ecdh_x_check(const struct pd_key *k)
-{
-	size_t len = 0, glen;
-	int type = x_type(k, &len);
-	const uint8_t *pub = x_pub(k, len);
-	uint8_t got[56];
-
-	if (!type || !k->native_sk || k->native_sk_len != len)
-		return PD_EINTERNAL;
-	if (!pub)
-		return PD_EMALFORMED;
-	/* Imported into the normal heap and cleansed on free (setup_openssl). */
-	EVP_PKEY *imp = EVP_PKEY_new_raw_private_key(type, NULL, k->native_sk, len);
-	glen = sizeof(got);
-	int ok = imp && EVP_PKEY_get_raw_public_key(imp, got, &glen) > 0 && glen == len;
-	EVP_PKEY_free(imp);
-	if (!ok)
-		return pd_ossl_error(-ENOMEM); /* a scalar of its length always imports */
-	return memcmp(got, pub, len) == 0 ? 0 : PD_EINTEGRITY;
-}
-
 static int setup_openssl(struct pd_key *k)
 {
 	EVP_PKEY *pkey = NULL;
@@ -219,7 +208,8 @@ static int setup_openssl(struct pd_key *k)
 		if (!pkey)
 			goto fail;
 		/* OpenSSL computed the public key from the (clamped) scalar:
-		 * it must be the stored one, as libgcrypt found it to be. */
+		 * it must be the stored one (the key's only check: validate()
+		 * in pgp/keyring.c). */
 		if (EVP_PKEY_get_raw_public_key(pkey, got, &glen) <= 0 || glen != len) {
 			r = PD_EINTERNAL;
 			goto out;
@@ -285,7 +275,8 @@ int pd_ecdh_setup(struct pd_key *k, enum pd_ecdh_backend backend)
 	if (!x_type(k, &len) && !(k->pk_algo == PD_PK_ECDH && ossl_group(k->curve)))
 		return PD_EUNSUPPORTED;
 	pd_ecdh_cleanup(k);
-	if (backend == PD_ECDH_OPENSSL) {
+	/* A Montgomery key is OpenSSL's with either backend (top of file). */
+	if (backend == PD_ECDH_OPENSSL || x_type(k, &len)) {
 		int r = setup_openssl(k);
 		if (r < 0)
 			return r;
@@ -350,29 +341,6 @@ out:
 	gcry_sexp_release(data);
 	gcry_sexp_release(skey);
 	return r;
-}
-
-static int derive_gcrypt(const struct pd_key *k, const uint8_t *peer, size_t peer_len, uint8_t *out, size_t out_len)
-{
-	size_t len;
-	if (!x_type(k, &len))
-		return weierstrass_gcrypt(k, peer, peer_len, out_len, out);
-	if (!k->native_sk || k->native_sk_len != len)
-		return PD_EINTERNAL;
-	/* libgcrypt 1.10's Montgomery multiplication copies the (secure)
-	 * scalar into its secure pool twice and does not check the second
-	 * copy: with the pool full it reads a NULL pointer (SIGSEGV, seen in
-	 * test-keyset's key validation, which no longer calls it).  So make
-	 * sure that room is there first: a failure is then -ENOMEM, retryable.
-	 * Another thread can take the room between this probe and the
-	 * multiplication; the OpenSSL backend (the default) has no such gap. */
-	void *room = gcry_malloc_secure(4 * (len + 32));
-	if (!room)
-		return -ENOMEM;
-	gcry_free(room);
-	/* A small-order point gives the all-zero result and no error. */
-	return pd_err_from_gcry(gcry_ecc_mul_point(len == 56 ? GCRY_ECC_CURVE448 : GCRY_ECC_CURVE25519, out,
-	                                           k->native_sk, peer));
 }
 
 /* ---- OpenSSL ---- */
@@ -458,7 +426,9 @@ int pd_ecdh_derive(const struct pd_key *k, unsigned worker, const uint8_t *peer,
 	case PD_ECDH_OPENSSL:
 		return derive_openssl(k, worker, peer, peer_len, out, out_len);
 	case PD_ECDH_GCRYPT:
-		return derive_gcrypt(k, peer, peer_len, out, out_len);
+		if (len) /* X25519/X448 through OpenSSL (top of file) */
+			return derive_openssl(k, worker, peer, peer_len, out, out_len);
+		return weierstrass_gcrypt(k, peer, peer_len, out_len, out);
 	default:
 		return PD_EINTERNAL; /* not set up */
 	}

@@ -5,9 +5,11 @@
  * sender's ephemeral point.  Two backends: OpenSSL libcrypto (one EVP_PKEY
  * per key with the scalar in OpenSSL's secure heap, one derive-initialised
  * EVP_PKEY_CTX per worker per key, EVP_PKEY_derive) and libgcrypt
- * (gcry_ecc_mul_point for the Montgomery curves, gcry_pk_decrypt for the
- * Weierstrass ones).  The KDF, key unwrap and every secret-dependent check
- * stay with the caller (pgp/unwrap.c), the same for both.
+ * (gcry_pk_decrypt, for the Weierstrass curves: the Montgomery ones,
+ * X25519, X448 and cv25519, go through OpenSSL with either backend, since
+ * libgcrypt 1.10's X25519/X448 crashes when an allocation fails, see
+ * pgp/ecdh.c).  The KDF, key unwrap and every secret-dependent check stay
+ * with the caller (pgp/unwrap.c), the same for both.
  */
 #pragma once
 #include "pgp/key.h"
@@ -16,16 +18,14 @@
  * if set (the tests run everything against both), else the build's meson
  * option ecdh_backend (PD_ECDH_DEFAULT_BACKEND in pd-config.h). */
 PD_HIDDEN enum pd_ecdh_backend pd_ecdh_default_backend(void);
-/** Prepare k (an ECDH/X25519/X448 key whose secret already checked out
- * against its public key) for backend; for OpenSSL, builds its EVP_PKEY
- * and checks that OpenSSL derives the same public key (PD_EINTEGRITY if
- * not).  PD_EUNSUPPORTED for a curve the backend lacks. */
+/** Prepare k (an ECDH/X25519/X448 key) for backend.  For OpenSSL, and for
+ * a cv25519/X25519/X448 key whatever the backend, builds its EVP_PKEY and
+ * checks that OpenSSL derives the key's public key from its secret
+ * (PD_EINTEGRITY if not; PD_EMALFORMED for a cv25519 point without its
+ * 0x40 prefix, -ENOMEM); a NIST/brainpool secret must have checked out
+ * against its public key already.  PD_EUNSUPPORTED for a curve the
+ * backend lacks. */
 PD_HIDDEN int pd_ecdh_setup(struct pd_key *k, enum pd_ecdh_backend backend);
-/** Check an X25519, X448 or cv25519 key's secret scalar against its
- * public key, through OpenSSL whatever the backend (libgcrypt's
- * multiplication crashes when its secure pool is full): 0, PD_EINTEGRITY
- * when they differ, -ENOMEM. */
-PD_HIDDEN int pd_ecdh_x_check(const struct pd_key *k);
 /** Release backend state (called by pd_key_free()). */
 PD_HIDDEN void pd_ecdh_cleanup(struct pd_key *k);
 /**

@@ -55,7 +55,7 @@ struct pd_key {
 
 	/* ECDH backend state (pgp/ecdh.c), for ECDH/X25519/X448 keys */
 	enum pd_ecdh_backend ecdh_backend; /* 0 until pd_ecdh_setup() */
-	void *ecdh_pkey;          /* EVP_PKEY * (OpenSSL backend), else NULL */
+	void *ecdh_pkey;          /* EVP_PKEY * (OpenSSL backend; cv25519/X25519/X448 on both), else NULL */
 	void **ecdh_ctx;          /* OpenSSL: slots per-worker contexts (pgp/ecdh.c), lazily */
 };
 

@@ -514,8 +514,9 @@ static void drop_gcrypt_secrets(struct pd_key *k)
 		gcry_mpi_release(k->u);
 		k->d = k->sp = k->sq = k->u = NULL;
 	}
-	if ((k->pk_algo == PD_PK_ECDH || k->pk_algo == PD_PK_X25519 || k->pk_algo == PD_PK_X448) &&
-	    k->ecdh_backend == PD_ECDH_OPENSSL) {
+	/* An ECDH key of the OpenSSL backend, or a Montgomery one of either
+	 * (pgp/ecdh.c: OpenSSL's whatever the backend). */
+	if ((k->pk_algo == PD_PK_ECDH || k->pk_algo == PD_PK_X25519 || k->pk_algo == PD_PK_X448) && k->ecdh_pkey) {
 		gcry_mpi_release(k->x); /* secure MPIs are wiped when freed */
 		k->x = NULL;
 		if (k->native_sk) {
@@ -532,9 +533,9 @@ static int validate(struct pd_key *k, const struct pd_keyring *kr)
 	k->slots = kr->workers;
 	bool x = k->pk_algo == PD_PK_X25519 || k->pk_algo == PD_PK_X448 ||
 	         (k->pk_algo == PD_PK_ECDH && k->curve == PD_CURVE_CV25519);
-	/* An X key for the OpenSSL backend: pd_ecdh_setup checks its scalar
-	 * against its public key as it imports it. */
-	int e = x && kr->ecdh_backend == PD_ECDH_OPENSSL ? 0 : validate_secret(k, kr->backend);
+	/* An X key (either ECDH backend, pgp/ecdh.c): pd_ecdh_setup imports
+	 * its scalar into OpenSSL and checks it against its public key. */
+	int e = x ? 0 : validate_secret(k, kr->backend);
 	if (e == 0 && (k->pk_algo == PD_PK_ECDH || k->pk_algo == PD_PK_X25519 || k->pk_algo == PD_PK_X448))
 		e = pd_ecdh_setup(k, kr->ecdh_backend);
 	if (e == 0)
@@ -564,26 +565,21 @@ static int validate_secret(struct pd_key *k, enum pd_rsa_backend backend)
 		gcry_mpi_release(t);
 		return ok ? 0 : PD_EINTEGRITY;
 	}
-	case PD_PK_ECDH:
-		if (k->curve == PD_CURVE_CV25519) {
-			if (k->q_len != 33 || k->q[0] != 0x40)
-				return PD_EMALFORMED;
-			return pd_ecdh_x_check(k);
-		} else {
-			/* ecc_check_secret_key in libgcrypt verifies Q == d*G. */
-			gcry_sexp_t s;
-			const char *name = pd_curve_gcry_name(k->curve);
-			if (!name || k->q_len < 1 || k->q[0] != 0x04)
-				return PD_EMALFORMED;
-			if (gcry_sexp_build(&s, NULL, "(private-key(ecc(curve %s)(q%b)(d%m)))", name,
-			                    (int)k->q_len, k->q, k->x))
-				return -ENOMEM;
-			gcry_error_t e = gcry_pk_testkey(s);
-			gcry_sexp_release(s);
-			return e ? PD_EINTEGRITY : 0;
-		}
-	case PD_PK_X25519: case PD_PK_X448:
-		return pd_ecdh_x_check(k);
+	case PD_PK_ECDH: {
+		/* NIST/brainpool (cv25519 is checked by pd_ecdh_setup, as X25519
+		 * and X448 are: validate()).  ecc_check_secret_key in libgcrypt
+		 * verifies Q == d*G. */
+		gcry_sexp_t s;
+		const char *name = pd_curve_gcry_name(k->curve);
+		if (!name || k->q_len < 1 || k->q[0] != 0x04)
+			return PD_EMALFORMED;
+		if (gcry_sexp_build(&s, NULL, "(private-key(ecc(curve %s)(q%b)(d%m)))", name, (int)k->q_len, k->q,
+		                    k->x))
+			return -ENOMEM;
+		gcry_error_t e = gcry_pk_testkey(s);
+		gcry_sexp_release(s);
+		return e ? PD_EINTEGRITY : 0;
+	}
 	default:
 		return PD_EINTERNAL;
 	}
