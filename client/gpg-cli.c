@@ -25,6 +25,7 @@
 
 #include "pd-config.h"
 #include "gpgfmt.h"
+#include "outfile.h"
 #include "pdclient.h"
 
 #define GPG_COMPAT_VERSION "2.2.40" /* the gpg whose status output this matches */
@@ -505,9 +506,12 @@ static int cmd_decrypt(struct gopts *o)
 	if (o->command_fd >= 0 && !pw && !sk_len)
 		in_fd = spool_input(in_fd); /* a password may be asked for, then the message sent again */
 
-	/* Where the plaintext goes: a file only once verified (written beside it, renamed) */
+	/* Where the plaintext goes: a file only once verified (unnamed until
+	 * then where the file system allows, else a temporary name beside it
+	 * that a signal or an exit removes; outfile.h) */
 	int out_fd = STDOUT_FILENO;
-	char tmp[PATH_MAX] = "";
+	struct pd_outfile of = { .fd = -1 };
+	bool to_file = false;
 	if (o->output && !strncmp(o->output, "-&", 2)) {
 		out_fd = special_fd(o->output);
 	} else if (o->output && strcmp(o->output, "-")) {
@@ -517,16 +521,16 @@ static int cmd_decrypt(struct gopts *o)
 			pdc_gpg_status(&st, "FAILURE", "decrypt %u", (unsigned)errcode_errno(EEXIST));
 			return 2;
 		}
-		char *slash = strrchr(o->output, '/');
-		int dl = slash ? (int)(slash - o->output) : 1;
-		snprintf(tmp, sizeof(tmp), "%.*s/.%s.pgpdecd-XXXXXX", dl, slash ? o->output : ".",
-		         slash ? slash + 1 : o->output);
-		out_fd = mkostemp(tmp, O_CLOEXEC);
-		if (out_fd < 0) {
-			say("can't create '%s': %s", o->output, strerror(errno));
-			pdc_gpg_status(&st, "FAILURE", "decrypt %u", (unsigned)errcode_errno(errno));
+		pd_outfile_catch_signals(NULL);
+		atexit(pd_outfile_remove_all); /* exit(2) on a bad passphrase descriptor */
+		int k = pd_outfile_open(&of, o->output);
+		if (k < 0) {
+			say("can't create '%s': %s", o->output, strerror(-k));
+			pdc_gpg_status(&st, "FAILURE", "decrypt %u", (unsigned)errcode_errno(-k));
 			return 2;
 		}
+		to_file = true;
+		out_fd = of.fd;
 	}
 
 	struct pdc_config cfg = { .software = "pgpdecd-gpg/" PD_VERSION };
@@ -608,15 +612,15 @@ report:;
 	explicit_bzero(sk, sizeof(sk));
 	wipe_free(pw, pwlen);
 	free(run.keys);
-	if (tmp[0]) {
-		if (code == 0 && (fsync(out_fd) < 0 || close(out_fd) < 0 || rename(tmp, o->output) < 0)) {
-			say("can't write '%s': %s", o->output, strerror(errno));
+	if (to_file) {
+		int k = code == 0 ? pd_outfile_commit(&of, NULL) : 0;
+		if (k < 0) {
+			say("can't write '%s': %s", o->output, strerror(-k));
 			code = 2;
-		} else if (code != 0) {
-			close(out_fd);
 		}
 		if (code != 0)
-			unlink(tmp);
+			pd_outfile_discard(&of);
+		pd_outfile_free(&of);
 	}
 	if (st.failed && o->exit_on_status_err)
 		return 2;

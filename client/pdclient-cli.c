@@ -27,6 +27,7 @@
 
 #include "pd-config.h"
 #include "gpgfmt.h"
+#include "outfile.h"
 #include "pdclient.h"
 #include "pdmail.h"
 
@@ -34,7 +35,6 @@ static const char *prog = "pgpdecd-client";
 static int verbose;
 
 struct job;
-static void remove_tmp_files(void);
 
 static void usage_text(FILE *f)
 {
@@ -84,12 +84,14 @@ static void usage_text(FILE *f)
 "\n"
 "Decryption:\n"
 "  -o, --output PATH        write the plaintext to PATH instead of standard\n"
-"                           output.  It is written to a temporary file in the\n"
-"                           same directory (mode 0600) and renamed to PATH only\n"
-"                           when the daemon reported success with the integrity\n"
-"                           verified; otherwise it is removed and PATH is left\n"
-"                           untouched.  On SIGINT, SIGTERM or SIGHUP it is\n"
-"                           removed too, and the client dies of the signal.\n"
+"                           output.  It is written to an unnamed file in the\n"
+"                           same directory (mode 0600; where the file system\n"
+"                           has no O_TMPFILE, a temporary .NAME.pgpdecd-XXXXXX)\n"
+"                           linked or renamed to PATH only when the daemon\n"
+"                           reported success with the integrity verified;\n"
+"                           otherwise it is removed and PATH is left untouched.\n"
+"                           On SIGINT, SIGTERM or SIGHUP it is removed too, and\n"
+"                           the client dies of the signal.\n"
 "                           If PATH is an existing directory, each\n"
 "                           FILE's plaintext goes to PATH/NAME, where NAME is\n"
 "                           FILE's base name without a .gpg, .pgp or .asc\n"
@@ -206,7 +208,7 @@ static void die(int code, const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
 	va_end(ap);
-	remove_tmp_files();
+	pd_outfile_remove_all();
 	exit(code);
 }
 
@@ -255,8 +257,9 @@ struct job {
 	int index;              /* position on the command line */
 	int in_fd;
 	int out_fd;
-	char *tmp_path, *final_path;
-	volatile sig_atomic_t tmp_live; /* tmp_path exists: the signal handler removes it */
+	char *final_path;       /* -o: the file the plaintext goes to once verified */
+	bool to_file;           /* out_fd is out's (final_path is not there yet) */
+	struct pd_outfile out;
 	int exit_code;          /* local failure before the request, or the outcome */
 	int write_err;          /* writing the plaintext failed (-errno) */
 	bool wrote;             /* plaintext went to out_fd (standard output cannot take it back) */
@@ -264,45 +267,8 @@ struct job {
 	struct pdc_result res;
 };
 
-/* The jobs whose temporary files a fatal signal must not leave behind. */
-static struct job *volatile live_jobs;
-static volatile sig_atomic_t n_live_jobs;
-
-/* Async-signal-safe: unlink(2) only. */
-static void remove_tmp_files(void)
-{
-	struct job *jobs = live_jobs;
-	for (sig_atomic_t i = 0; jobs && i < n_live_jobs; i++)
-		if (jobs[i].tmp_live)
-			(void)unlink(jobs[i].tmp_path);
-}
-
-/* SIGINT, SIGTERM, SIGHUP: remove the temporary files, then die of the
- * signal, so that the caller sees why (a shell reports 128+N). */
+/* Wiped by the handler of a fatal signal too (pd_outfile_catch_signals). */
 static void wipe_password(void);
-
-static void on_fatal_signal(int sig)
-{
-	remove_tmp_files();
-	wipe_password();
-	signal(sig, SIG_DFL);
-	raise(sig);
-}
-
-static void catch_fatal_signals(void)
-{
-	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
-	struct sigaction sa = { .sa_handler = on_fatal_signal };
-	sigemptyset(&sa.sa_mask);
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-		sigaddset(&sa.sa_mask, sigs[i]);
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
-		struct sigaction old;
-		/* An ignored signal (nohup, a parent's choice) stays ignored. */
-		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
-			(void)sigaction(sigs[i], &sa, NULL);
-	}
-}
 
 /* The last job (by index) whose plaintext went to standard output. */
 static int last_stdout_writer = -1;
@@ -311,7 +277,7 @@ static int job_data(void *arg, const uint8_t *p, size_t n)
 {
 	struct job *j = arg;
 	j->wrote = true;
-	if (!j->tmp_path && j->index > last_stdout_writer)
+	if (!j->to_file && j->index > last_stdout_writer)
 		last_stdout_writer = j->index;
 	int r = write_all(j->out_fd, p, n);
 	if (r < 0)
@@ -324,8 +290,8 @@ static int job_data(void *arg, const uint8_t *p, size_t n)
 static int job_retry(void *arg)
 {
 	struct job *j = arg;
-	if (j->tmp_path)
-		return ftruncate(j->out_fd, 0) < 0 || lseek(j->out_fd, 0, SEEK_SET) < 0 ? -1 : 0;
+	if (j->to_file)
+		return pd_outfile_rewind(&j->out) < 0 ? -1 : 0;
 	/* Standard output: only if nothing of it was written, and no message
 	 * after it has written yet (the plaintexts keep their order). */
 	return j->wrote || last_stdout_writer > j->index ? -1 : 0;
@@ -365,7 +331,7 @@ static void report(const struct job *j)
 		fprintf(stderr, "%s: %s: %s: %s\n", prog, j->name, pdc_status_name(r->status), s);
 	else
 		fprintf(stderr, "%s: %s: %s%s\n", prog, j->name, s,
-		        j->wrote && !j->tmp_path && r->err != -EIO ?
+		        j->wrote && !j->to_file && r->err != -EIO ?
 		        " (not sent again: part of its plaintext had gone to standard output)" : "");
 }
 
@@ -424,74 +390,52 @@ static void refuse_same_outputs(struct job *jobs, int n)
 		    a->name, b->name, a->final_path);
 }
 
-/* Temporary file next to final: renamed into place only on verified success. */
+/* The output file: unnamed (or under a temporary name) until the message
+ * verified; then it becomes final_path (outfile.h). */
 static int open_tmp(struct job *j)
 {
-	char *copy = strdup(j->final_path);
-	char *b0 = strdup(j->final_path);
-	if (!copy || !b0)
+	int r = pd_outfile_open(&j->out, j->final_path);
+	if (r == -ENOMEM)
 		die(EX_OSERR, "out of memory");
-	char *d = dirname(copy);
-	char *b = basename(b0);
-	if (asprintf(&j->tmp_path, "%s/.%s.pgpdecd-XXXXXX", d, b) < 0)
-		die(EX_OSERR, "out of memory");
-	free(copy);
-	free(b0);
-	/* No fatal signal between creating the file and marking it live. */
-	sigset_t fatal, old;
-	sigemptyset(&fatal);
-	sigaddset(&fatal, SIGINT);
-	sigaddset(&fatal, SIGTERM);
-	sigaddset(&fatal, SIGHUP);
-	sigprocmask(SIG_BLOCK, &fatal, &old);
-	int fd = mkostemp(j->tmp_path, O_CLOEXEC), err = errno;
-	j->tmp_live = fd >= 0;
-	sigprocmask(SIG_SETMASK, &old, NULL);
-	if (fd < 0) {
+	if (r < 0) {
 		fprintf(stderr, "%s: %s: cannot create a temporary file for %s: %s\n", prog, j->name, j->final_path,
-		        strerror(err));
-		free(j->tmp_path);
-		j->tmp_path = NULL;
+		        strerror(-r));
 		return -1;
 	}
-	j->out_fd = fd;
+	j->to_file = true;
+	j->out_fd = j->out.fd;
 	return 0;
 }
 
-/* The request failed before it was sent: its temporary file goes. */
+/* The request failed before it was sent: its output file goes. */
 static void discard_tmp(struct job *j)
 {
-	if (!j->tmp_path)
+	if (!j->to_file)
 		return;
-	close(j->out_fd);
+	pd_outfile_discard(&j->out);
 	j->out_fd = -1;
-	unlink(j->tmp_path);
-	j->tmp_live = 0;
 }
 
-/* A job's temporary output, when there is one, is committed (fsync, close,
- * rename onto the final path) if code is 0, else removed.  Returns the
- * exit code, with why[] saying what failed when committing did. */
+/* A job's output file, when there is one, is committed (fsync, then named
+ * final_path) if code is 0, else thrown away.  Returns the exit code, with
+ * why[] saying what failed when committing did. */
 static int commit_tmp(struct job *j, int code, char *why, size_t n)
 {
-	if (!j->tmp_path)
+	if (!j->to_file)
 		return code;
-	if (code == 0 && fsync(j->out_fd) < 0) {
-		code = EX_IOERR;
-		snprintf(why, n, "fsync %s: %s", j->tmp_path, strerror(errno));
-	}
-	if (close(j->out_fd) < 0 && code == 0) {
-		code = EX_IOERR;
-		snprintf(why, n, "close %s: %s", j->tmp_path, strerror(errno));
-	}
 	j->out_fd = -1;
-	if (code == 0 && rename(j->tmp_path, j->final_path) < 0) {
-		code = EX_CANTCREAT;
-		snprintf(why, n, "rename to %s: %s", j->final_path, strerror(errno));
+	if (code != 0) {
+		pd_outfile_discard(&j->out);
+		return code;
 	}
-	if (code != 0)
-		unlink(j->tmp_path);
-	j->tmp_live = 0; /* only now: a signal before this unlinks a name that may be gone */
+	const char *what = "";
+	int r = pd_outfile_commit(&j->out, &what);
+	if (r < 0) {
+		bool io = !strcmp(what, "fsync") || !strcmp(what, "close");
+		code = io ? EX_IOERR : EX_CANTCREAT;
+		snprintf(why, n, "%s %s: %s", !strcmp(what, "rename") ? "rename to" : what, j->final_path,
+		         strerror(-r));
+	}
 	return code;
 }
 
@@ -688,9 +632,7 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 	struct job *jobs = calloc((size_t)nfiles, sizeof(*jobs));
 	if (!jobs)
 		die(EX_OSERR, "out of memory");
-	live_jobs = jobs;
-	n_live_jobs = nfiles;
-	catch_fatal_signals();
+	pd_outfile_catch_signals(wipe_password);
 	for (int i = 0; i < nfiles; i++) {
 		bool is_stdin = strcmp(files[i], "-") == 0;
 		if (to_dir && is_stdin)
@@ -781,12 +723,9 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 			code = k;
 		if (j->in_fd > STDIN_FILENO)
 			close(j->in_fd);
-		free(j->tmp_path);
-		j->tmp_path = NULL;
+		pd_outfile_free(&j->out);
 		free(j->final_path);
 	}
-	live_jobs = NULL;
-	n_live_jobs = 0;
 	free(jobs);
 	free(keys.v);
 	return code;
@@ -1416,9 +1355,7 @@ static int cmd_mime(const struct opts *o, int nfiles, char **files)
 		j->final_path = strdup(o->output);
 		if (!j->final_path)
 			die(EX_OSERR, "out of memory");
-		live_jobs = j;
-		n_live_jobs = 1;
-		catch_fatal_signals();
+		pd_outfile_catch_signals(wipe_password);
 	}
 	int code = 0;
 	char why[128] = "";
@@ -1464,12 +1401,10 @@ static int cmd_mime(const struct opts *o, int nfiles, char **files)
 		fprintf(stderr, "%s: %s: %s; pieces=%u decrypted=%u no-key=%u failed=%u\n", prog, j->name,
 		        why, rep.n_pieces, rep.n_decrypted, rep.n_no_key, rep.n_failed);
 out:
-	n_live_jobs = 0;
-	live_jobs = NULL;
 	if (j->in_fd > STDERR_FILENO)
 		close(j->in_fd);
 	free(j->final_path);
-	free(j->tmp_path);
+	pd_outfile_free(&j->out);
 	free(j);
 	return code;
 }

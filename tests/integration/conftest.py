@@ -155,6 +155,30 @@ class Tools:
         kill_gpg_agent(self.gnupghome)
 
 
+def plaintext_written(pid, d):
+    """Octets of plaintext process pid has put under directory d so far: in
+    files there, or in unnamed ones (O_TMPFILE) it holds open."""
+    d = os.path.realpath(d)
+    n = sum(os.stat(os.path.join(d, f)).st_size for f in os.listdir(d))
+    fds = f"/proc/{pid}/fd"
+    for fd in os.listdir(fds):
+        try:
+            if os.readlink(os.path.join(fds, fd)).startswith(d + "/"):
+                n += os.stat(os.path.join(fds, fd)).st_size
+        except OSError:
+            pass  # closed meanwhile
+    return n
+
+
+def has_o_tmpfile(d):
+    """Whether the file system of directory d makes unnamed files."""
+    try:
+        os.close(os.open(d, os.O_TMPFILE | os.O_RDWR, 0o600))
+        return True
+    except OSError:
+        return False
+
+
 def _enc_keyids(tools, cert):
     """Key IDs of the encryption-capable (sub)keys of a cert, via gpg."""
     out = tools.gpg("--with-colons", "--show-keys", str(cert)).stdout.decode()

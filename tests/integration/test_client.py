@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from fake_pgpdecd import FakeServer  # noqa: E402
-from conftest import kill_gpg_agent  # noqa: E402
+from conftest import has_o_tmpfile, kill_gpg_agent, plaintext_written  # noqa: E402
 
 BUILD = os.environ.get("PD_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
 CLIENT = os.path.join(BUILD, "client", "pgpdecd-client")
@@ -708,15 +708,17 @@ def wait_for(pred, timeout=30):
 
 @pytest.mark.parametrize("sig", [15, 2])
 def test_real_signal_removes_temporary_file(daemon, tmp_path, sig):
-    # Killed mid-transfer: the temporary file goes, the client dies of the signal.
+    # Killed mid-transfer: the output file goes, the client dies of the signal.
     ct = daemon["enc"](os.urandom(1 << 20) * 4)
     out = tmp_path / "plain"
     p = subprocess.Popen([CLIENT, "--socket", daemon["sock"], "-o", str(out)], stdin=subprocess.PIPE,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     p.stdin.write(ct[:len(ct) // 2])
     p.stdin.flush()
-    # Plaintext has reached the temporary file: the transfer is under way.
-    wait_for(lambda: any(f.stat().st_size > 0 for f in tmp_path.iterdir()))
+    # Plaintext has reached the output file: the transfer is under way.  It
+    # is unverified so far: under no name where the file system can.
+    wait_for(lambda: plaintext_written(p.pid, tmp_path) > 0)
+    assert os.listdir(tmp_path) == [] or not has_o_tmpfile(tmp_path)
     p.send_signal(sig)
     p.stdin.close()
     assert p.wait(30) == -sig, p.stderr.read()

@@ -10,13 +10,16 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_daemon import BUILD, CLIENT, Daemon, PGPDECD, world  # noqa: E402,F401
+from conftest import has_o_tmpfile, plaintext_written  # noqa: E402
 
 GPGFRONT = os.path.join(BUILD, "client", "pgpdecd-gpg")
 pytestmark = pytest.mark.skipif(not shutil.which("gpg") or not os.path.exists(PGPDECD)
@@ -190,6 +193,61 @@ def test_wrong_password_and_refusals(front, tmp_path):
     r = subprocess.run([GPGFRONT, "--batch", "-o", str(out2), "-d", str(front["files"]["tampered"])],
                        capture_output=True, env=env, timeout=30)
     assert r.returncode == 2 and not out2.exists() and not list(tmp_path.glob(".out2.*"))
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "yes-overwrite"])
+def test_killed_output_leaves_no_plaintext(front, world, tmp_path, existing):
+    """-o FILE killed mid-message (GPGME's cancel, a caller's timeout,
+    Ctrl-C): the unverified plaintext received so far is under no name in
+    FILE's directory, FILE is not made (or, with --yes, is left as it was),
+    and the program dies of the signal, as gpg does."""
+    ct = world["gpg"].encrypt(os.urandom(1 << 20) * 16, "alice@example.org", compress=0)
+    d = tmp_path / "out"
+    d.mkdir()
+    out = d / "plain.txt"
+    if existing:
+        out.write_bytes(b"previous\n")
+    before = sorted(os.listdir(d))
+    env = dict(os.environ, PGPDECD_SOCKET=front["daemon"].sock)
+    p = subprocess.Popen([GPGFRONT, "--batch", "--yes", "-o", str(out), "-d"], stdin=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    # Half the message through a pipe: the rest never comes before the signal.
+    p.stdin.write(ct[:len(ct) // 2])
+    p.stdin.flush()
+    t0 = time.monotonic()
+    while plaintext_written(p.pid, d) < 1 << 20:
+        assert p.poll() is None, p.stderr.read()
+        assert time.monotonic() - t0 < 60, "no plaintext written"
+        time.sleep(0.01)
+    # Unverified so far: under no name at all where the file system can.
+    assert sorted(os.listdir(d)) == before or not has_o_tmpfile(d)
+    p.send_signal(signal.SIGTERM)
+    p.stdin.close()
+    rc = p.wait(30)
+    err = p.stderr.read()
+    p.stderr.close()
+    assert rc == -signal.SIGTERM, err
+    assert sorted(os.listdir(d)) == before
+    if existing:
+        assert out.read_bytes() == b"previous\n"
+    else:
+        assert not out.exists()
+
+
+def test_output_file_mode_and_overwrite(front, tmp_path):
+    """-o FILE: mode 0600 (before umask), made only once the message
+    verified; --yes replaces an existing file, whatever its mode was."""
+    env = dict(os.environ, PGPDECD_SOCKET=front["daemon"].sock)
+    out = tmp_path / "plain"
+    for pre in (None, 0o644):
+        if pre is not None:
+            out.write_text("old")
+            out.chmod(pre)
+        r = subprocess.run([GPGFRONT, "--batch", "--yes", "-o", str(out), "-d", str(front["files"]["success"])],
+                           capture_output=True, env=env, timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert out.read_bytes() == PLAIN and out.stat().st_mode & 0o777 == 0o600
+        assert os.listdir(tmp_path) == ["plain"]
 
 
 def test_version_and_config():
