@@ -17,6 +17,7 @@
  * is OK with MDC or AEAD integrity.
  */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,12 +44,24 @@ enum piece_kind { PK_PGPMIME, PK_ATTACH, PK_INLINE };
 
 /* What GMime will build in memory for a text, counted before it is parsed:
  * lines that start with "--" (each MIME part and level of nesting needs
- * one) and lines that look like a header field ("name:" or "name :"; every
- * field of every part becomes an object).  Counted chunk by chunk. */
-enum { LC_INSIDE, LC_START, LC_DASH, LC_NAME, LC_NAME_WS };
+ * one), lines GMime takes as a header field (every field of every part
+ * becomes an object), and the items of the fields GMime parses into
+ * objects of their own (parameters, addresses, date words).  One struct,
+ * taken into the mail's running count with shape_take(). */
+struct shape {
+	uint64_t dashes, fields, items;
+};
+
+/* The scanner of one text, fed chunk by chunk. */
+enum { LC_INSIDE, LC_START, LC_DASH, LC_NAME, LC_NAME_WS, LC_VALUE };
 struct line_count {
 	int state;                 /* LC_*: where in a line the last chunk ended */
-	uint64_t dashes, fields;
+	bool in_field;             /* the line before is a field or its continuation */
+	bool structured;           /* that field is one GMime parses into items */
+	bool word;                 /* LC_VALUE: in a word of a structured value */
+	unsigned nlen;             /* octets of the field name so far */
+	char name[28];             /* its first octets, lower-cased */
+	struct shape n;
 };
 
 /* Where an object sits: the body of a message, or a child of a multipart.
@@ -108,6 +121,7 @@ struct run {
 	bool over_limit;
 	struct pd_mail_report *rep;
 	uint64_t plaintext;        /* octets spooled for all pieces so far */
+	struct shape built;        /* what GMime built: the mail and every entity taken */
 };
 
 /* ------------------------------------------------------------------ */
@@ -124,6 +138,7 @@ void pd_mail_policy_default(struct pd_mail_policy *p)
 		.max_parts = 64,
 		.max_mime_parts = 10000,
 		.max_header_fields = 50000,
+		.max_header_items = 200000,
 		.max_plaintext = 256ull << 20,
 	};
 }
@@ -225,6 +240,8 @@ int pd_mail_new(struct pd_mail **ret, const struct pdc_config *cfg, const struct
 		m->pol.max_mime_parts = d.max_mime_parts;
 	if (!m->pol.max_header_fields)
 		m->pol.max_header_fields = d.max_header_fields;
+	if (!m->pol.max_header_items)
+		m->pol.max_header_items = d.max_header_items;
 	if (!m->pol.max_plaintext)
 		m->pol.max_plaintext = d.max_plaintext;
 	if (!m->pol.max_parts)
@@ -576,7 +593,7 @@ static ssize_t piece_read(void *arg, uint8_t *buf, size_t cap)
 }
 
 static void count_lines(const char *p, size_t n, struct line_count *lc);
-static bool over_lines(const struct pd_mail_policy *pol, const struct line_count *lc);
+static bool shape_take(struct shape *total, const struct shape *add, const struct pd_mail_policy *pol);
 
 static int piece_data(void *arg, const uint8_t *d, size_t n)
 {
@@ -995,11 +1012,12 @@ static int settle_round(struct run *r, unsigned from, GArray *next)
 		if (p->write_err)
 			return p->write_err;
 		/* A request that never got its on_done was never answered.  Past
-		 * the mail's plaintext budget, or a decrypted entity over the
-		 * bounds the mail itself is held to: LIMIT. */
+		 * the mail's plaintext budget, or a decrypted entity that would
+		 * take the mail (with the entities before it) past its bounds:
+		 * LIMIT, and it is not parsed. */
 		p->st = p->done ? classify(&p->res) : PS_UNAVAILABLE;
 		if (p->over_budget ||
-		    (p->st == PS_OK && p->kind == PK_PGPMIME && over_lines(&r->m->pol, &p->lines))) {
+		    (p->st == PS_OK && p->kind == PK_PGPMIME && !shape_take(&r->built, &p->lines.n, &r->m->pol))) {
 			p->st = PS_FAILED;
 			p->res.status = PDC_ST_LIMIT;
 		}
@@ -1111,38 +1129,114 @@ static void add_result_headers(struct run *r, GMimeMessage *msg)
 	g_mime_object_prepend_header(o, HDR_PREFIX "Status", buf, NULL);
 }
 
-static bool ftext(char c)
+/* An octet of a field name as GMime's header parser takes it: anything
+ * but a control octet, a blank or the colon; 8-bit octets too. */
+static bool name_octet(unsigned char c)
 {
-	return c > 32 && c < 127 && c != ':';
+	return c > 32 && c != 127 && c != ':';
+}
+
+/* Is the field one GMime parses into objects of their own (the header
+ * names GMime 3.2 knows: Content-* parameters, addresses, dates, message
+ * ids)?  Other fields are kept as one string each.  name: the first
+ * octets, lower-cased; n: its length, which may be past what was kept. */
+static bool structured_field(const char *name, unsigned n)
+{
+	static const char *const names[] = {
+		"from", "sender", "reply-to", "to", "cc", "bcc", "date", "message-id",
+		"in-reply-to", "references", "subject", "mime-version", "received",
+		"return-path", "disposition-notification-to",
+	};
+	if ((n >= 8 && memcmp(name, "content-", 8) == 0) || (n >= 7 && memcmp(name, "resent-", 7) == 0))
+		return true;
+	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strlen(names[i]) == n && memcmp(name, names[i], n) == 0)
+			return true;
+	return false;
+}
+
+/* The items of a structured value, counted so that each object GMime may
+ * make of it has one of its own: a word of letters and digits, and every
+ * other octet that is not a blank (GMime's tokenizers split at specials,
+ * and its date parser at "-", "/" and ","). */
+static bool item_word(unsigned char c)
+{
+	return g_ascii_isalnum(c);
+}
+
+/* A field begins at its colon: structured or not by its name. */
+static int field_begins(struct line_count *lc)
+{
+	lc->n.fields++;
+	lc->in_field = true;
+	lc->structured = structured_field(lc->name, lc->nlen);
+	lc->word = false;
+	return LC_VALUE;
 }
 
 static void count_lines(const char *p, size_t n, struct line_count *lc)
 {
 	int st = lc->state;
 	for (size_t i = 0; i < n; i++) {
-		char c = p[i];
+		unsigned char c = (unsigned char)p[i];
 		if (c == '\n') {
+			if (st == LC_START) /* an empty line ends a header section */
+				lc->in_field = false;
 			st = LC_START;
 			continue;
 		}
 		switch (st) {
 		case LC_START:
-			st = c == '-' ? LC_DASH : ftext(c) ? LC_NAME : LC_INSIDE;
+			lc->nlen = 0;
+			if (c == ' ' || c == '\t') {
+				/* A continuation of a field; or, where none is open,
+				 * blanks that GMime may take before a colon as a name. */
+				st = lc->in_field ? LC_VALUE : LC_NAME_WS;
+				lc->word = false;
+				break;
+			}
+			lc->in_field = false; /* any other start ends the field (a CR too: CRLF) */
+			if (c == '-')
+				st = LC_DASH;
+			else
+				st = name_octet(c) ? LC_NAME : LC_INSIDE;
+			if (st != LC_INSIDE)
+				lc->name[lc->nlen++] = (char)g_ascii_tolower(c);
 			break;
 		case LC_DASH:
-			if (c == '-')
-				lc->dashes++, st = LC_INSIDE;
-			else
-				st = ftext(c) ? LC_NAME : c == ':' ? (lc->fields++, LC_INSIDE) : LC_INSIDE;
-			break;
+			if (c == '-') {
+				lc->n.dashes++;
+				st = LC_INSIDE;
+				break;
+			}
+			/* a name that starts with one dash */
+			__attribute__((fallthrough));
 		case LC_NAME:
 		case LC_NAME_WS:
 			if (c == ':')
-				lc->fields++, st = LC_INSIDE;
+				st = field_begins(lc);
 			else if (c == ' ' || c == '\t')
 				st = LC_NAME_WS;
-			else if (st == LC_NAME_WS || !ftext(c))
+			else if (st == LC_NAME_WS || !name_octet(c))
 				st = LC_INSIDE;
+			else {
+				st = LC_NAME;
+				if (lc->nlen < sizeof(lc->name))
+					lc->name[lc->nlen] = (char)g_ascii_tolower(c);
+				if (lc->nlen < UINT_MAX)
+					lc->nlen++;
+			}
+			break;
+		case LC_VALUE:
+			if (!lc->structured)
+				break;
+			if (item_word(c)) {
+				lc->n.items += !lc->word;
+				lc->word = true;
+			} else {
+				lc->n.items += c != ' ' && c != '\t' && c != '\r';
+				lc->word = false;
+			}
 			break;
 		default:
 			break;
@@ -1151,16 +1245,26 @@ static void count_lines(const char *p, size_t n, struct line_count *lc)
 	lc->state = st;
 }
 
-static bool over_lines(const struct pd_mail_policy *pol, const struct line_count *lc)
+/* Take add into the mail's running count if the total stays within the
+ * policy's bounds; else leave it and return false (LIMIT). */
+static bool shape_take(struct shape *total, const struct shape *add, const struct pd_mail_policy *pol)
 {
-	return lc->dashes > pol->max_mime_parts || lc->fields > pol->max_header_fields;
+	struct shape t = {
+		.dashes = total->dashes + add->dashes,
+		.fields = total->fields + add->fields,
+		.items = total->items + add->items,
+	};
+	if (t.dashes > pol->max_mime_parts || t.fields > pol->max_header_fields ||
+	    t.items > pol->max_header_items)
+		return false;
+	*total = t;
+	return true;
 }
 
 /* The input as a seekable spool of our own, line ends made LF (GMime's
- * dos2unix filter), read from a file, a pipe or a socket alike.  Lines that
- * begin with "--" are counted on the way: every MIME part and every level
- * of nesting needs one, so their number bounds what GMime will build in
- * memory before it is built. */
+ * dos2unix filter), read from a file, a pipe or a socket alike.  Its shape
+ * is counted on the way (count_lines()), so that what GMime will build in
+ * memory is bounded before it is built. */
 static int spool_input(struct pd_mail *m, int in_fd, GMimeStream **ret, uint64_t *ret_len,
                        struct line_count *ret_lines)
 {
@@ -1435,7 +1539,7 @@ int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_rep
 	int err = spool_input(m, in_fd, &spool, &rep.bytes_in, &lines);
 	if (err)
 		return err;
-	if (over_lines(&m->pol, &lines)) {
+	if (!shape_take(&r.built, &lines.n, &m->pol)) {
 		/* More parts or fields than GMime may build: not parsed, LIMIT. */
 		r.over_limit = true;
 	} else {

@@ -52,10 +52,16 @@ struct pd_mail_policy { /* public, by value; pd_mail_policy_default() fills it *
 	bool keep_original;              /* attach the original mail as message/rfc822 when decrypted */
 	unsigned max_depth;              /* nesting of encrypted inside decrypted (default 4) */
 	unsigned max_parts;              /* encrypted pieces per mail (default 64); more: LIMIT */
-	unsigned max_mime_parts;         /* lines starting with "--" (MIME parts, nesting) per mail
-	                                    (default 10000); more: the mail is not parsed, LIMIT */
-	unsigned max_header_fields;      /* lines that look like header fields ("name:"), in all
-	                                    parts (default 50000); more: not parsed, LIMIT */
+	/* The next three bound what GMime builds in memory; they are counted
+	 * before it parses anything, over the mail and every decrypted
+	 * PGP/MIME entity together.  Past one: the mail is not parsed (or the
+	 * entity that would go past it is not), LIMIT. */
+	unsigned max_mime_parts;         /* lines starting with "--" (MIME parts, nesting) (default 10000) */
+	unsigned max_header_fields;      /* lines GMime takes as a header field ("name:", any
+	                                    octets but controls and blanks in the name) (default 50000) */
+	unsigned max_header_items;       /* items of the fields GMime parses into objects (Content-*,
+	                                    addresses, Date, ...): words of letters and digits and
+	                                    other octets but blanks (default 200000) */
 	uint64_t max_plaintext;          /* plaintext octets of all pieces of a mail, spooled
 	                                    (default 256 MiB); more: that piece fails LIMIT */
 	const char *tmpdir;              /* spool directory (NULL: $TMPDIR or /tmp) */

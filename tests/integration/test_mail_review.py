@@ -166,3 +166,79 @@ def test_milter_over_the_part_limit_is_not_parsed(tmp_path_factory):
             next(gen)
         except StopIteration:
             pass
+
+
+# Second review: what GMime builds is counted whatever the octets of a field
+# name, structured fields count their items, and the bounds hold for the
+# mail as a whole (decrypted entities included).
+
+def test_8bit_field_names_are_counted(env, tmp_path):
+    # "\xe9a: v" is a field to GMime; the counter tested the name's octets
+    # as signed chars and let 1,000,000 of them through (493 MB, 10 s).
+    n = 1_000_000
+    for name, mail in (
+            ("top", b"From: a@x\nSubject: s\n" + b"\xe9a: v\n" * n + b"\nhi\n"),
+            ("part", b"From: a@x\nSubject: s\nMIME-Version: 1.0\n"
+                     b"Content-Type: multipart/mixed; boundary=\"b\"\n\n--b\n"
+                     + b"\xff\x80: v\n" * n + b"\nhi\n--b--\n")):
+        path = tmp_path / f"{name}.eml"
+        path.write_bytes(mail)
+        code, err, rss = run_rss(env, path)
+        print(f"{n} 8-bit field names ({name}): exit {code}, peak RSS {rss:.0f} MiB")
+        assert rss < 64, (name, code, err, rss)
+        assert code == 65 and err == b"pgpdecd-client: not decrypted: LIMIT\n", (name, err)
+    # a few are a mail like any other
+    r = mime(env, b"From: a@x\nSubject: s\n" + b"\xe9a: v\n" * 100 + b"\nhi\n")
+    assert r.returncode == 0 and parse(r.stdout)["X-Pgpdecd-Status"] == "not-encrypted"
+
+
+@pytest.mark.parametrize("field", [
+    b"Content-Type: text/plain" + b";\n a=b" * 1_000_000,         # 1 field, 1,000,000 parameters
+    b"Content-Disposition: attachment" + b"; a=b" * 1_000_000,
+    b"To: " + b"a@b, " * 1_000_000,                               # addresses
+    b"To: " + b"<a@b>" * 1_000_000,                               # addresses without commas
+    b"Cc: " + b"g:;" * 1_000_000,                                 # groups
+    b"Date: " + b"1 " * 2_000_000,                                # date words
+    b"Subject: " + b"w " * 2_000_000,                             # words, decoded one by one
+], ids=["ct-params", "cd-params", "to-commas", "to-angles", "cc-groups", "date-words",
+        "subject-words"])
+def test_items_of_structured_fields_are_counted(env, tmp_path, field):
+    # One field that GMime makes 1,000,000 objects of (418 MB, 5.6 s for
+    # the parameters): counted by its items, refused before it is built.
+    path = tmp_path / "items.eml"
+    path.write_bytes(b"From: a@x\nSubject: s\nMIME-Version: 1.0\n" + field + b"\n\nhi\n")
+    code, err, rss = run_rss(env, path)
+    print(f"{field[:20]!r}...: exit {code}, peak RSS {rss:.0f} MiB")
+    assert rss < 64, (code, err, rss)
+    assert code == 65 and err == b"pgpdecd-client: not decrypted: LIMIT\n", err
+
+
+def test_other_fields_are_not_items(env):
+    # Fields GMime keeps as strings cost one field whatever their words.
+    mail = (b"From: a@x\nSubject: s\nX-Words: " + b"w " * 300_000 + b"\nX-List: "
+            + b"a@b, " * 300_000 + b"\n\nhi\n")
+    r = mime(env, mail)
+    assert r.returncode == 0, r.stderr
+    assert parse(r.stdout)["X-Pgpdecd-Status"] == "not-encrypted"
+
+
+def test_bounds_hold_for_the_mail_with_its_entities(env):
+    # 4 PGP/MIME pieces of 20,000 fields each: under max_header_fields
+    # (50,000) each, 80,000 together; the mail and its decrypted entities
+    # share one count, so the third and fourth piece fail LIMIT.
+    entity = b"Content-Type: text/plain\n" + b"X-F: v\n" * 20_000 + b"\nbody\n"
+    piece = (b"--OUT\nContent-Type: multipart/encrypted; protocol=\"application/pgp-encrypted\";"
+             b" boundary=\"ENC\"\n\n--ENC\nContent-Type: application/pgp-encrypted\n\nVersion: 1\n\n"
+             b"--ENC\nContent-Type: application/octet-stream\n\n")
+    mail = (b"From: a@x\nTo: b@x\nSubject: s\nMIME-Version: 1.0\n"
+            b"Content-Type: multipart/mixed; boundary=\"OUT\"\n\n"
+            + b"".join(piece + env["encrypt"](entity) + b"\n--ENC--\n" for _ in range(4))
+            + b"--OUT--\n")
+    r = mime(env, mail)
+    assert r.returncode == 65 and r.stderr == b"pgpdecd-client: not decrypted: LIMIT\n", r.stderr
+    r = mime(env, mail, "--on-failure", "pass")
+    assert r.returncode == 0, r.stderr
+    assert parse(r.stdout)["X-Pgpdecd-Status"] == \
+        "partly-decrypted; pieces=4; decrypted=2; no-key=0; failed=2; status=LIMIT"
+    assert r.stdout.count(b"X-F: v\n") == 40_000 and r.stdout.count(b"BEGIN PGP MESSAGE") == 2
+
