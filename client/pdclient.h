@@ -42,6 +42,7 @@ extern "C" {
 
 /* Wire status codes (PROTOCOL.md section 8); the tens digit is the class. */
 #define PDC_OK 0
+#define PDC_ST_MALFORMED 10
 #define PDC_ST_INTEGRITY 13
 #define PDC_ST_SED_REFUSED 15
 #define PDC_ST_LIMIT 16

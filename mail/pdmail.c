@@ -99,6 +99,7 @@ struct piece {
 	bool over_budget;          /* its plaintext went past the mail's max_plaintext */
 	struct run *run;
 	struct line_count lines;   /* PK_PGPMIME: of the plaintext, the entity to parse */
+	GMimeObject *entity;       /* PK_PGPMIME: the entity, parsed when it is taken */
 	struct text_job *tj;       /* PK_INLINE: the text part and its blocks */
 	gint64 begin, end;         /* PK_INLINE: the block in the decoded text */
 	struct pdc_result res;
@@ -881,18 +882,19 @@ static GMimeStream *spool_stream(struct piece *p)
 	return g_mime_stream_fs_new_with_bounds(fd, 0, st.st_size);
 }
 
-/* The decrypted entity of a PGP/MIME piece, parsed from its spool. */
-static GMimeObject *parse_entity(struct piece *p)
+/* The decrypted entity of a PGP/MIME piece, parsed from its spool:
+ * *ret is NULL when GMime makes none of it.  0 or -EIO. */
+static int parse_entity(struct piece *p, GMimeObject **ret)
 {
 	GMimeStream *s = spool_stream(p);
 	if (!s)
-		return NULL;
+		return -EIO;
 	GMimeParser *ps = g_mime_parser_new_with_stream(s);
 	g_mime_parser_set_persist_stream(ps, TRUE);
-	GMimeObject *o = g_mime_parser_construct_part(ps, NULL);
+	*ret = g_mime_parser_construct_part(ps, NULL);
 	g_object_unref(ps);
 	g_object_unref(s);
-	return o;
+	return 0;
 }
 
 static GMimeObject *attachment_part(struct piece *p)
@@ -1014,12 +1016,21 @@ static int settle_round(struct run *r, unsigned from, GArray *next)
 		/* A request that never got its on_done was never answered.  Past
 		 * the mail's plaintext budget, or a decrypted entity that would
 		 * take the mail (with the entities before it) past its bounds:
-		 * LIMIT, and it is not parsed. */
+		 * LIMIT, and it is not parsed.  A plaintext GMime makes no entity
+		 * of (empty, a NUL) fails as a malformed piece. */
 		p->st = p->done ? classify(&p->res) : PS_UNAVAILABLE;
 		if (p->over_budget ||
 		    (p->st == PS_OK && p->kind == PK_PGPMIME && !shape_take(&r->built, &p->lines.n, &r->m->pol))) {
 			p->st = PS_FAILED;
 			p->res.status = PDC_ST_LIMIT;
+		} else if (p->st == PS_OK && p->kind == PK_PGPMIME) {
+			int err = parse_entity(p, &p->entity);
+			if (err)
+				return err;
+			if (!p->entity) {
+				p->st = PS_FAILED;
+				p->res.status = PDC_ST_MALFORMED;
+			}
 		}
 		rep->n_pieces++;
 		switch (p->st) {
@@ -1047,9 +1058,8 @@ static int settle_round(struct run *r, unsigned from, GArray *next)
 			continue;
 		GMimeObject *repl;
 		if (p->kind == PK_PGPMIME) {
-			repl = parse_entity(p);
-			if (!repl)
-				return -EIO;
+			repl = p->entity;
+			p->entity = NULL;
 			apply_protected_headers(r, p->at.owner, repl);
 			struct root nr = { .obj = g_object_ref(repl), .at = p->at };
 			g_array_append_val(next, nr);
@@ -1083,6 +1093,8 @@ static void free_run(struct run *r)
 		struct piece *p = &r->p[i];
 		if (p->src)
 			g_object_unref(p->src);
+		if (p->entity)
+			g_object_unref(p->entity);
 		if (p->out_fd >= 0)
 			close(p->out_fd);
 	}

@@ -169,8 +169,9 @@ def test_milter_over_the_part_limit_is_not_parsed(tmp_path_factory):
 
 
 # Second review: what GMime builds is counted whatever the octets of a field
-# name, structured fields count their items, and the bounds hold for the
-# mail as a whole (decrypted entities included).
+# name, structured fields count their items, the bounds hold for the mail as
+# a whole (decrypted entities included), and a plaintext that is no MIME
+# entity is a failed piece, not a local error.
 
 def test_8bit_field_names_are_counted(env, tmp_path):
     # "\xe9a: v" is a field to GMime; the counter tested the name's octets
@@ -242,3 +243,17 @@ def test_bounds_hold_for_the_mail_with_its_entities(env):
         "partly-decrypted; pieces=4; decrypted=2; no-key=0; failed=2; status=LIMIT"
     assert r.stdout.count(b"X-F: v\n") == 40_000 and r.stdout.count(b"BEGIN PGP MESSAGE") == 2
 
+
+@pytest.mark.parametrize("plaintext", [b"", b"\0"], ids=["empty", "nul"])
+def test_plaintext_that_is_no_entity_is_malformed(env, plaintext):
+    # GMime makes no entity of it: that piece fails MALFORMED under the
+    # failure policy; it was a local error (exit 75, milter 451), and the
+    # MTA retried it for days.
+    mail = pgp_mime(env, plaintext)
+    r = mime(env, mail)
+    assert r.returncode == 65 and r.stderr == b"pgpdecd-client: not decrypted: MALFORMED\n", r.stderr
+    r = mime(env, mail, "--on-failure", "pass")
+    assert r.returncode == 0, r.stderr
+    assert parse(r.stdout)["X-Pgpdecd-Status"] == \
+        "failed; pieces=1; decrypted=0; no-key=0; failed=1; status=MALFORMED"
+    assert b"BEGIN PGP MESSAGE" in r.stdout
