@@ -88,24 +88,6 @@ int pd_err_from_gcry(gcry_error_t e)
 	}
 }
 
-const char *pd_gcry_value(gcry_sexp_t plain, size_t *ret_len)
-{
-	size_t n = 0;
-	const char *t = plain ? gcry_sexp_nth_data(plain, 0, &n) : NULL;
-	if (!t || n != 5 || memcmp(t, "value", 5) != 0)
-		return NULL;
-	return gcry_sexp_nth_data(plain, 1, ret_len);
-}
-
-void pd_gcry_release_value(gcry_sexp_t plain)
-{
-	size_t n = 0;
-	const char *v = pd_gcry_value(plain, &n);
-	if (v) /* its octets only: the list structure stays valid */
-		pd_wipe((void *)v, n);
-	gcry_sexp_release(plain);
-}
-
 int pd_worker_new(struct pd_worker **ret, unsigned index)
 {
 	if (index >= PD_MAX_WORKERS)

@@ -57,11 +57,3 @@ PD_HIDDEN void *pd_worker_take_secure(struct pd_worker *w, size_t len);
 PD_HIDDEN void pd_worker_give_secure(struct pd_worker *w, void *p, size_t len);
 /** libgcrypt error to project error (the single conversion point for lib/). */
 PD_HIDDEN int pd_err_from_gcry(gcry_error_t e);
-/** The octets X of a (value X) list as gcry_pk_decrypt returns it, read in
- * place (gcry_sexp_find_token would copy it, and its copies are never in
- * secure memory); NULL if plain is not such a list. */
-PD_HIDDEN const char *pd_gcry_value(gcry_sexp_t plain, size_t *ret_len);
-/** Release a gcry_pk_decrypt result, wiping its value first: libgcrypt
- * 1.10.1 builds the ECDH result (the shared point) in ordinary memory and
- * frees ordinary memory without wiping.  Accepts NULL. */
-PD_HIDDEN void pd_gcry_release_value(gcry_sexp_t plain);

@@ -9,7 +9,9 @@
  * allocations can make happen at any time, whatever room a probe saw
  * before; gcry_pk_decrypt makes its copies in the normal heap and frees
  * them unwiped).  The libgcrypt backend is then the NIST/brainpool
- * curves' gcry_pk_decrypt (weierstrass_gcrypt).
+ * curves' point multiplication (weierstrass_gcrypt: gcry_mpi_ec_mul on a
+ * context of the curve's name, never gcry_pk_decrypt, whose S-expression
+ * lookups copied d into the normal heap).
  * k->ecdh_pkey is the key's EVP_PKEY, made once at load for every
  * Montgomery key and for a NIST/brainpool key of the OpenSSL backend:
  * X25519/X448 from the raw scalar with EVP_PKEY_new_raw_private_key and
@@ -305,41 +307,65 @@ void pd_ecdh_cleanup(struct pd_key *k)
 
 /* ---- libgcrypt ---- */
 
-/* ZB = x coordinate of d·V on a NIST/brainpool curve, into zb[fsize].  The
- * library checks that V is on the curve (invalid-curve attacks): an error
- * here is about the public point only. */
+/* ZB = x coordinate of d·V on a NIST/brainpool curve, into zb[fsize].
+ * On a context made from the curve's name alone (gcry_mpi_ec_new): no
+ * S-expression ever holds d, which gcry_pk_decrypt copied out of the
+ * key's secure S-expression into the normal heap and freed unwiped
+ * (sexp_find_token).  The scalar is the key's secure MPI, which libgcrypt
+ * multiplies in constant time; the shared point and its x are secure MPIs.
+ * V is decoded and checked to be on the curve as gcry_pk_decrypt did it
+ * (invalid-curve attacks): an error here is about the public point only,
+ * the same errors as before (PD_EMALFORMED). */
 static int weierstrass_gcrypt(const struct pd_key *k, const uint8_t *pt, size_t ptlen, size_t fsize, uint8_t *zb)
 {
-	gcry_sexp_t skey = NULL, data = NULL, plain = NULL;
 	const char *curve = pd_curve_gcry_name(k->curve);
+	gcry_ctx_t ctx = NULL;
+	gcry_mpi_t e = NULL, x = NULL;
+	gcry_mpi_point_t v = NULL, s = NULL;
+	size_t n = 0;
 	int r;
 
 	if (!curve || !k->x || k->q_len != 1 + 2 * fsize)
 		return PD_EINTERNAL;
-	r = pd_err_from_gcry(gcry_sexp_build(&skey, NULL, "(private-key(ecc(curve %s)(q %b)(d %m)))", curve,
-	                                     (int)k->q_len, k->q, k->x));
+	r = pd_err_from_gcry(gcry_mpi_ec_new(&ctx, NULL, curve));
 	if (r < 0)
 		goto out;
-	r = pd_err_from_gcry(gcry_sexp_build(&data, NULL, "(enc-val(ecdh(e %b)))", (int)ptlen, pt));
+	e = gcry_mpi_set_opaque_copy(NULL, pt, (unsigned)(8 * ptlen));
+	v = gcry_mpi_point_new(0);
+	s = gcry_mpi_point_snatch_set(NULL, gcry_mpi_snew(0), gcry_mpi_snew(0), gcry_mpi_snew(0));
+	x = gcry_mpi_snew(0);
+	if (!e || !v || !s || !x) {
+		r = -ENOMEM;
+		goto out;
+	}
+	r = pd_err_from_gcry(gcry_mpi_ec_decode_point(v, e, ctx));
 	if (r < 0)
 		goto out;
-	r = pd_err_from_gcry(gcry_pk_decrypt(&plain, data, skey));
+	if (!gcry_mpi_ec_curve_point(v, ctx)) { /* infinity included */
+		r = PD_EMALFORMED;
+		goto out;
+	}
+	gcry_mpi_ec_mul(s, k->x, v, ctx);
+	if (gcry_mpi_ec_get_affine(x, NULL, s, ctx)) {
+		r = PD_EMALFORMED; /* d·V at infinity: V of small order */
+		goto out;
+	}
+	/* x < p: fits fsize octets, left-padded. */
+	r = pd_err_from_gcry(gcry_mpi_print(GCRYMPI_FMT_USG, NULL, 0, &n, x));
 	if (r < 0)
 		goto out;
-	size_t n = 0;
-	const char *v = pd_gcry_value(plain, &n);
-	/* The shared point comes back as 04 || x || y; the library output
-	 * format depends on the curve only. */
-	if (!v || n != 1 + 2 * fsize || v[0] != 0x04) {
+	if (n > fsize) {
 		r = PD_EINTERNAL;
 		goto out;
 	}
-	memcpy(zb, v + 1, fsize);
-	r = 0;
+	memset(zb, 0, fsize - n);
+	r = pd_err_from_gcry(gcry_mpi_print(GCRYMPI_FMT_USG, zb + (fsize - n), n, NULL, x));
 out:
-	pd_gcry_release_value(plain);
-	gcry_sexp_release(data);
-	gcry_sexp_release(skey);
+	gcry_mpi_release(x); /* secure MPIs are wiped by libgcrypt on release */
+	gcry_mpi_point_release(s);
+	gcry_mpi_point_release(v);
+	gcry_mpi_release(e);
+	gcry_ctx_release(ctx);
 	return r;
 }
 

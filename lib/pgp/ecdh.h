@@ -5,7 +5,8 @@
  * sender's ephemeral point.  Two backends: OpenSSL libcrypto (one EVP_PKEY
  * per key with the scalar in OpenSSL's secure heap, one derive-initialised
  * EVP_PKEY_CTX per worker per key, EVP_PKEY_derive) and libgcrypt
- * (gcry_pk_decrypt, for the Weierstrass curves: the Montgomery ones,
+ * (gcry_mpi_ec_mul with the key's secure scalar on a context of the curve's
+ * name, for the Weierstrass curves: the Montgomery ones,
  * X25519, X448 and cv25519, go through OpenSSL with either backend, since
  * libgcrypt 1.10's X25519/X448 crashes when an allocation fails, see
  * pgp/ecdh.c).  The KDF, key unwrap and every secret-dependent check stay

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * RSA private-key backends: OpenSSL 3 (EVP_PKEY, RSA_NO_PADDING, one
- * EVP_PKEY_CTX per worker) and libgcrypt ((flags raw) gcry_pk_decrypt).
+ * EVP_PKEY_CTX per worker) and libgcrypt (CRT on its secure MPIs,
+ * decrypt_gcrypt; no gcry_pk_decrypt per message).
  * Both compute the raw m = c^d mod n with blinding; padding is checked by
  * the caller.  For the libgcrypt backend k->rsa_pkey holds the key's
- * gcry_sexp_t (secure memory, since it is built from secure MPIs).
+ * gcry_sexp_t (secure memory, since it is built from secure MPIs), made
+ * at set-up and used by nothing per message.
  *
  * Split operations (OpenSSL backend, large keys): one RSA-CRT operation is
  * two independent half-size exponentiations, c^dp mod p and c^dq mod q.
@@ -607,29 +609,61 @@ static int crt_setup(struct pd_key *k, BIGNUM **n, BIGNUM **e, BIGNUM **p, BIGNU
 	return 0;
 }
 
+/* m = c^d mod n into out[klen] (left-padded) with libgcrypt MPIs in its
+ * secure pool only: no S-expression holds the key per message
+ * (gcry_pk_decrypt found the key's parameters with sexp_find_token, which
+ * copied them out of the secure k->rsa_pkey into the normal heap and freed
+ * them unwiped).  CRT with base blinding, as libgcrypt's own RSA decrypt:
+ *   r random, prime to n;  c' = c * r^e        (mod n)
+ *   m1 = c'^(d mod p-1) mod p,  m2 = c'^(d mod q-1) mod q
+ *   m' = m1 + p * ((m2 - m1) * u mod q)       (u = p^-1 mod q, pd_rsa_setup)
+ *   m  = m' * r^-1 mod n
+ * and m^e == c checked before m is used (a fault in one half would give
+ * out a factor of n): a mismatch is PD_EINTERNAL.  Every temporary that
+ * depends on the key is a secure MPI; the exponents are secure, which
+ * libgcrypt's gcry_mpi_powm takes in constant time. */
 static int decrypt_gcrypt(const struct pd_key *k, const uint8_t *c, uint8_t *out, size_t klen)
 {
-	gcry_sexp_t data = NULL, res = NULL;
-	gcry_mpi_t m = NULL;
+	unsigned nbits = gcry_mpi_get_nbits(k->n);
+	gcry_mpi_t cm = NULL;
+	gcry_mpi_t bl = gcry_mpi_snew(nbits), bi = gcry_mpi_snew(nbits), cb = gcry_mpi_snew(nbits);
+	gcry_mpi_t ex = gcry_mpi_snew(nbits), m1 = gcry_mpi_snew(nbits), m2 = gcry_mpi_snew(nbits);
+	gcry_mpi_t h = gcry_mpi_snew(nbits), m = gcry_mpi_snew(nbits);
 	size_t mlen = 0;
 	int r;
 
-	gcry_error_t e = gcry_sexp_build(&data, NULL, "(enc-val(flags raw)(rsa(a%b)))", (int)klen, c);
-	if (!e)
-		e = gcry_pk_decrypt(&res, data, k->rsa_pkey);
-	if (e) {
-		r = pd_err_from_gcry(e);
+	if (!bl || !bi || !cb || !ex || !m1 || !m2 || !h || !m) {
+		r = -ENOMEM;
 		goto out;
 	}
-	/* (flags raw) gives (value EM); older forms give a bare MPI.  Read in
-	 * place: gcry_sexp_find_token would copy EM into ordinary memory. */
-	size_t tn = 0;
-	const char *t = gcry_sexp_nth_data(res, 0, &tn);
-	bool is_value = t && tn == 5 && memcmp(t, "value", 5) == 0;
-	m = gcry_sexp_nth_mpi(res, is_value ? 1 : 0, GCRYMPI_FMT_USG);
-	r = -ENOMEM; /* the value is there (libgcrypt made it): only its copy can fail */
-	if (!m)
+	r = pd_err_from_gcry(gcry_mpi_scan(&cm, GCRYMPI_FMT_USG, c, klen, NULL));
+	if (r < 0)
 		goto out;
+	do {
+		gcry_mpi_randomize(bl, nbits, GCRY_WEAK_RANDOM);
+		gcry_mpi_mod(bl, bl, k->n);
+	} while (gcry_mpi_cmp_ui(bl, 0) == 0 || !gcry_mpi_invm(bi, bl, k->n));
+	gcry_mpi_powm(cb, bl, k->e, k->n);
+	gcry_mpi_mulm(cb, cb, cm, k->n); /* c' = c * r^e */
+	/* m1 = c'^(d mod p-1) mod p */
+	gcry_mpi_sub_ui(h, k->sp, 1);
+	gcry_mpi_mod(ex, k->d, h);
+	gcry_mpi_powm(m1, cb, ex, k->sp);
+	/* m2 = c'^(d mod q-1) mod q */
+	gcry_mpi_sub_ui(h, k->sq, 1);
+	gcry_mpi_mod(ex, k->d, h);
+	gcry_mpi_powm(m2, cb, ex, k->sq);
+	/* m' = m1 + p * ((m2 - m1) * u mod q) */
+	gcry_mpi_subm(h, m2, m1, k->sq);
+	gcry_mpi_mulm(h, h, k->u, k->sq);
+	gcry_mpi_mul(h, h, k->sp);
+	gcry_mpi_add(m, m1, h);
+	gcry_mpi_mulm(m, m, bi, k->n); /* unblind */
+	gcry_mpi_powm(h, m, k->e, k->n);
+	if (gcry_mpi_cmp(h, cm) != 0) {
+		r = PD_EINTERNAL;
+		goto out;
+	}
 	r = PD_EINTERNAL;
 	mlen = (gcry_mpi_get_nbits(m) + 7) / 8;
 	if (mlen > klen)
@@ -638,9 +672,16 @@ static int decrypt_gcrypt(const struct pd_key *k, const uint8_t *c, uint8_t *out
 	/* It copies m into secure memory first: that can fail (-ENOMEM). */
 	r = pd_err_from_gcry(gcry_mpi_print(GCRYMPI_FMT_USG, out + (klen - mlen), mlen, NULL, m));
 out:
+	/* secure MPIs are wiped by libgcrypt on release */
+	gcry_mpi_release(cm);
+	gcry_mpi_release(bl);
+	gcry_mpi_release(bi);
+	gcry_mpi_release(cb);
+	gcry_mpi_release(ex);
+	gcry_mpi_release(m1);
+	gcry_mpi_release(m2);
+	gcry_mpi_release(h);
 	gcry_mpi_release(m);
-	gcry_sexp_release(res);
-	gcry_sexp_release(data);
 	return r;
 }
 

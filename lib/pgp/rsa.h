@@ -3,7 +3,8 @@
  * The RSA backend interface: the one private-key operation on the hot path.
  * Two backends: OpenSSL libcrypto (EVP_PKEY_decrypt, RSA_NO_PADDING, key in
  * OpenSSL's secure heap, one pre-initialised EVP_PKEY_CTX per worker per key)
- * and libgcrypt ((flags raw) gcry_pk_decrypt).  Both return the raw
+ * and libgcrypt (CRT with blinding on secure MPIs, no S-expression per
+ * message: see pgp/rsa.c).  Both return the raw
  * m = c^d mod n; the PKCS#1 v1.5 check is done by the caller in constant
  * time (pgp/unwrap.c), never by the backend.
  */

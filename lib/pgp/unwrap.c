@@ -339,13 +339,67 @@ out:
 	return r;
 }
 
+/* m = b * a^-x mod p into mm (secure), with the exponentiation blinded, on
+ * libgcrypt MPIs in its secure pool only: no S-expression ever holds x
+ * (gcry_pk_decrypt copied the key's parameters out of a secure
+ * S-expression into the normal heap and freed them unwiped).
+ *
+ * Blinding: a random r in [1, p-1] and a random h of 64 bits;
+ * x' = x + h*(p-1), so that z^x' = z^x for every z prime to p (Fermat),
+ * while the exponent the square-and-multiply walks changes per message.
+ *   t1 = r^x'            (mod p)
+ *   t2 = ((a*r)^x')^-1   = a^-x' * r^-x'
+ *   t1 * t2 = a^-x'      = s^-1, s = a^x the shared secret
+ *   m = b * s^-1
+ * Both exponentiations see a base independent of the attacker's a (r is
+ * uniform, so a*r is), and the inverse is taken of a uniformly random
+ * value.  Every temporary that depends on x is a secure MPI.  t2 has no
+ * inverse only if a*r shares a factor with p, a property of the public a
+ * and the random r (never of x): mm is then 0, whose PKCS#1 decode fails
+ * like any wrong key's. */
+static int elgamal_raw(const struct pd_key *k, gcry_mpi_t am, gcry_mpi_t bm, gcry_mpi_t mm)
+{
+	unsigned nbits = gcry_mpi_get_nbits(k->p);
+	gcry_mpi_t r = gcry_mpi_snew(nbits), h = gcry_mpi_snew(64), xb = gcry_mpi_snew(nbits + 64);
+	gcry_mpi_t t1 = gcry_mpi_snew(nbits), t2 = gcry_mpi_snew(nbits), ar = gcry_mpi_snew(nbits);
+	int r_ = 0;
+
+	if (!r || !h || !xb || !t1 || !t2 || !ar) {
+		r_ = -ENOMEM;
+		goto out;
+	}
+	do {
+		gcry_mpi_randomize(r, nbits, GCRY_WEAK_RANDOM);
+		gcry_mpi_mod(r, r, k->p);
+	} while (gcry_mpi_cmp_ui(r, 0) == 0);
+	gcry_mpi_randomize(h, 64, GCRY_WEAK_RANDOM);
+	gcry_mpi_sub_ui(t1, k->p, 1); /* t1 = p-1, public */
+	gcry_mpi_mul(xb, t1, h);
+	gcry_mpi_add(xb, xb, k->x); /* x' = x + h*(p-1) */
+	gcry_mpi_powm(t1, r, xb, k->p);
+	gcry_mpi_mulm(ar, am, r, k->p);
+	gcry_mpi_powm(t2, ar, xb, k->p);
+	if (!gcry_mpi_invm(t2, t2, k->p))
+		gcry_mpi_set_ui(t2, 0);
+	gcry_mpi_mulm(t1, t1, t2, k->p); /* a^-x */
+	gcry_mpi_mulm(mm, bm, t1, k->p);
+out:
+	/* secure MPIs are wiped by libgcrypt on release */
+	gcry_mpi_release(r);
+	gcry_mpi_release(h);
+	gcry_mpi_release(xb);
+	gcry_mpi_release(t1);
+	gcry_mpi_release(t2);
+	gcry_mpi_release(ar);
+	return r_;
+}
+
 static int unwrap_elgamal(struct pd_worker *w, const struct pd_key *k, const struct pd_pkesk *p, uint8_t sym_algo,
                           struct scratch *s, struct pd_sesskey *out, uint32_t *ok_mask)
 {
 	const uint8_t *a, *b;
 	size_t alen, blen, off = 0;
 	gcry_mpi_t am = NULL, bm = NULL, mm = NULL;
-	gcry_sexp_t skey = NULL, data = NULL, plain = NULL;
 	uint8_t *em = NULL;
 	size_t klen = 0, mlen = 0;
 	int r;
@@ -373,24 +427,16 @@ static int unwrap_elgamal(struct pd_worker *w, const struct pd_key *k, const str
 	r = make_fallback(w, k, p, s);
 	if (r < 0)
 		goto out;
-	/* Raw decrypt: libgcrypt blinds the exponentiation; the PKCS#1 decode
-	 * is ours (1.10.1's is neither constant time nor implicit). */
-	r = pd_err_from_gcry(gcry_sexp_build(&skey, NULL, "(private-key(elg(p %m)(g %m)(y %m)(x %m)))",
-	                                     k->p, k->g, k->y, k->x));
-	if (r < 0)
-		goto out;
-	r = pd_err_from_gcry(gcry_sexp_build(&data, NULL, "(enc-val(flags raw)(elg(a %m)(b %m)))", am, bm));
-	if (r < 0)
-		goto out;
-	r = pd_err_from_gcry(gcry_pk_decrypt(&plain, data, skey));
-	if (r < 0)
-		goto out;
-	size_t vlen;
-	mm = pd_gcry_value(plain, &vlen) ? gcry_sexp_nth_mpi(plain, 1, GCRYMPI_FMT_USG) : NULL;
+	/* Raw decrypt, blinded (elgamal_raw); the PKCS#1 decode is ours
+	 * (libgcrypt 1.10.1's is neither constant time nor implicit). */
+	mm = gcry_mpi_snew(gcry_mpi_get_nbits(k->p));
 	if (!mm) {
-		r = PD_EINTERNAL;
+		r = -ENOMEM;
 		goto out;
 	}
+	r = elgamal_raw(k, am, bm, mm);
+	if (r < 0)
+		goto out;
 	em = pd_worker_take_secure(w, klen);
 	if (!em) {
 		r = -ENOMEM;
@@ -416,9 +462,6 @@ out:
 	gcry_mpi_release(mm); /* secure MPIs are wiped by libgcrypt on release */
 	gcry_mpi_release(am);
 	gcry_mpi_release(bm);
-	pd_gcry_release_value(plain);
-	gcry_sexp_release(data);
-	gcry_sexp_release(skey);
 	return r;
 }
 
