@@ -22,6 +22,8 @@
 #include "tls.h"
 
 #define RBUF_SIZE (64u << 10)
+#define TLS_TURN_READS 8u      /* full reads of a TLS connection a turn (on_read) */
+#define TLS_TURN_RECORDS 256u  /* records opened a turn before it yields (on_read) */
 #define FAIL_LINGER_MS 2000 /* an ERROR frame gets this long to leave */
 #define SWEEP_MS 250
 
@@ -78,6 +80,7 @@ struct pd_session {
 	struct pd_request_owner owner; /* what its requests may ask of it */
 	bool reading, eof, throttled;
 	bool tls_full;            /* the TLS layer stopped for want of read-buffer room */
+	unsigned turn_reads, turn_records; /* TLS: full reads and records opened this turn (on_read) */
 	uv_shutdown_t shutdown_req;
 
 	struct pd_request **reqs; /* ring of owed replies, oldest first */
@@ -721,15 +724,26 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 		s->last_activity = uv_now(pd_d.loop);
 	}
 	process(s);
-	/* TLS: one full read per turn of the loop.  libuv reads a stream up
-	 * to 32 times a turn while each read fills the buffer, and every TLS
-	 * record is opened here, on the loop, at a cost per record: a client
-	 * sending 1-octet records (23 octets each on the wire) made 32 reads
-	 * about 30 ms of the loop's time, for each such connection, before
-	 * anyone else was served.  A read that filled the buffer may have
-	 * more behind it: stop, and read again at the next turn (the wake
-	 * list runs process() there, which starts reading again). */
-	if (s->tls && nread > 0 && (size_t)nread == buf->len && s->reading && !is_closing(s)) {
+	/* TLS: a bounded share of each turn of the loop.  libuv reads a
+	 * stream up to 32 times a turn while each read fills the buffer, and
+	 * every TLS record is opened here, on the loop, at a cost per record:
+	 * a client sending 1-octet records (23 octets each on the wire) made
+	 * 32 reads about 30 ms of the loop's time, for each such connection,
+	 * before anyone else was served.  So once a connection has had
+	 * TLS_TURN_RECORDS records or TLS_TURN_READS full reads in a turn
+	 * (one 64 KiB read of the smallest records, eight of full ones), it
+	 * stops, and reads again at the next turn (the wake list runs
+	 * process() there, which starts reading again).  Stopping after every
+	 * full read cost a 64 MiB message 10% more loop time. */
+	if (!s->tls || nread <= 0)
+		return;
+	if ((size_t)nread < buf->len) { /* libuv reads this stream no more this turn */
+		s->turn_reads = s->turn_records = 0;
+		return;
+	}
+	if ((++s->turn_reads >= TLS_TURN_READS || s->turn_records >= TLS_TURN_RECORDS) && s->reading &&
+	    !is_closing(s)) {
+		s->turn_reads = s->turn_records = 0;
 		uv_read_stop(&s->io.s);
 		s->reading = false;
 		pd_session_wake(s);
@@ -754,6 +768,7 @@ static bool tls_pump(struct pd_session *s)
 			return false; /* what it wrote (a handshake flight) failed, and closed us */
 		if (n > 0) {
 			pd_buf_commit(&s->rb, (size_t)n);
+			s->turn_records++; /* one record a call (gnutls_record_recv) */
 			continue;
 		}
 		if (n == 0)
