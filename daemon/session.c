@@ -80,7 +80,10 @@ struct pd_session {
 	struct pd_request_owner owner; /* what its requests may ask of it */
 	bool reading, eof, throttled;
 	bool tls_full;            /* the TLS layer stopped for want of read-buffer room */
-	unsigned turn_reads, turn_records; /* TLS: full reads and records opened this turn (on_read) */
+	/* TLS, this turn of the loop (on_read): full reads, records opened,
+	 * octets read and plaintext octets they gave */
+	unsigned turn_reads, turn_records;
+	size_t turn_in, turn_plain;
 	uv_shutdown_t shutdown_req;
 
 	struct pd_request **reqs; /* ring of owed replies, oldest first */
@@ -694,6 +697,12 @@ static void update_reading(struct pd_session *s)
 	}
 }
 
+static void turn_reset(struct pd_session *s)
+{
+	s->turn_reads = s->turn_records = 0;
+	s->turn_in = s->turn_plain = 0;
+}
+
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
 	struct pd_session *s = st->data;
@@ -731,19 +740,25 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 	 * 32 reads about 30 ms of the loop's time, for each such connection,
 	 * before anyone else was served.  So once a connection has had
 	 * TLS_TURN_RECORDS records or TLS_TURN_READS full reads in a turn
-	 * (one 64 KiB read of the smallest records, eight of full ones), it
-	 * stops, and reads again at the next turn (the wake list runs
-	 * process() there, which starts reading again).  Stopping after every
-	 * full read cost a 64 MiB message 10% more loop time. */
+	 * (one 64 KiB read of the smallest records, eight of full ones), or
+	 * its input gave less than half as much plaintext (empty records,
+	 * which GnuTLS opens up to 200 at a time inside one call and so are
+	 * not counted as records), it stops, and reads again at the next
+	 * turn (the wake list runs process() there, which starts reading
+	 * again).  Stopping after every full read cost a 64 MiB message 10%
+	 * more loop time.  A session ending (after ERROR) keeps reading: its
+	 * process() does nothing more, and the drain must see the EOF. */
 	if (!s->tls || nread <= 0)
 		return;
 	if ((size_t)nread < buf->len) { /* libuv reads this stream no more this turn */
-		s->turn_reads = s->turn_records = 0;
+		turn_reset(s);
 		return;
 	}
-	if ((++s->turn_reads >= TLS_TURN_READS || s->turn_records >= TLS_TURN_RECORDS) && s->reading &&
-	    !is_closing(s)) {
-		s->turn_reads = s->turn_records = 0;
+	s->turn_in += (size_t)nread;
+	if ((++s->turn_reads >= TLS_TURN_READS || s->turn_records >= TLS_TURN_RECORDS ||
+	     s->turn_plain < s->turn_in / 2) &&
+	    s->reading && !is_ending(s) && !is_closing(s)) {
+		turn_reset(s);
 		uv_read_stop(&s->io.s);
 		s->reading = false;
 		pd_session_wake(s);
@@ -768,7 +783,8 @@ static bool tls_pump(struct pd_session *s)
 			return false; /* what it wrote (a handshake flight) failed, and closed us */
 		if (n > 0) {
 			pd_buf_commit(&s->rb, (size_t)n);
-			s->turn_records++; /* one record a call (gnutls_record_recv) */
+			s->turn_records++; /* one non-empty record a call (gnutls_record_recv) */
+			s->turn_plain += (size_t)n;
 			continue;
 		}
 		if (n == 0)

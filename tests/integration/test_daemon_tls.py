@@ -834,13 +834,14 @@ def test_tls_slow_reader_small_records_bounded(world, pki, tmp_path, large_messa
         assert d.stop() == 0
 
 
-def tiny_record_flood(pki, port, nbytes):
+def tiny_record_flood(pki, port, nbytes, tail=b""):
     """A TLS client that has made, before sending any of it, nbytes of
     1-octet records (23 octets each on the wire): HELLO, a DECRYPT and DATA
     of zeros, which the daemon answers NOT_PGP at once and then swallows
-    (an answered request's DATA), so only the loop's record work is left.
-    Python's ssl in memory BIOs: each write is one record.  Returns the
-    socket and the records."""
+    (an answered request's DATA), so only the loop's record work is left;
+    then tail, in 1-octet records too.  Python's ssl in memory BIOs: each
+    write is one record.  Returns the socket, the records, and the TLS
+    object with its incoming BIO (to read what comes back)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.load_verify_locations(str(pki["ca"][1]))
     ctx.load_cert_chain(str(pki["good"][1]), str(pki["good"][0]))
@@ -866,7 +867,10 @@ def tiny_record_flood(pki, port, nbytes):
             o.write(data[i:i + 1])
         parts.append(out.read())
         total += len(parts[-1])
-    return s, b"".join(parts)
+    for i in range(len(tail)):
+        o.write(tail[i:i + 1])
+    parts.append(out.read())
+    return s, b"".join(parts), o, inc
 
 
 def test_tls_tiny_records_do_not_starve_others(world, pki, tmp_path):
@@ -888,7 +892,7 @@ def test_tls_tiny_records_do_not_starve_others(world, pki, tmp_path):
         floods = [tiny_record_flood(pki, port, 40 << 20) for _ in range(4)]
         done = []
 
-        def blast(s, records):
+        def blast(s, records, *_):
             s.sendall(records)
             done.append(s)
 
@@ -909,8 +913,76 @@ def test_tls_tiny_records_do_not_starve_others(world, pki, tmp_path):
               f"max {lat[-1] * 1000:.1f} ms")
         assert len(lat) >= 20, len(lat)
         assert p50 < 20, (p50, p90)
-        for s, _ in floods:
+        for s, *_ in floods:
             s.close()
+        assert probe.ping(b"q") == b"q"
+    finally:
+        assert d.stop() == 0
+
+
+def test_tls_failed_in_a_yielding_read_still_drains(world, pki, tmp_path):
+    """A TLS session that fails (a protocol violation) in the very read
+    after which it yields its turn to the others: it stopped reading for
+    good (its process() does nothing once it is ending), so the client's
+    end was never seen and the connection stayed until the ERROR's linger
+    ran out (2 s), then closed with the client's data unread.  Now it goes
+    on draining, and closes as soon as the client has gone."""
+    port = free_port()
+    d = Daemon(world, tmp_path, "--listen", f"tcp:127.0.0.1:{port}", "--tls-cert", str(pki["srv"][1]),
+               "--tls-key", str(pki["srv"][0]), "--tls-ca", str(pki["ca"][1]))
+    try:
+        wait_port(port)
+        probe = tls_client(port, pki, pki["good"], timeout=60)
+
+        def open_connections():
+            m = re.search(r"^pgpdecd_connections (\d+)$", probe.stats(), re.M)
+            return int(m[1])
+
+        waits = []
+        for _ in range(3):
+            # 150 KiB of records, then a frame of no known type (0x7f):
+            # PROTOCOL in the middle of a stream of full reads
+            s, records, o, inc = tiny_record_flood(pki, port, 150 << 10, tail=pdwire.frame(0x7f, 9, b"x" * 20000))
+            s.sendall(records)
+            s.shutdown(socket.SHUT_WR)
+            t0 = time.monotonic()
+            got = b""
+            s.settimeout(20)
+            while True:  # the ERROR, then the daemon's close once it saw ours
+                try:
+                    chunk = s.recv(1 << 16)
+                except (ConnectionResetError, socket.timeout):
+                    break
+                if not chunk:
+                    break
+                got += chunk
+            s.close()
+            inc.write(got)
+            plain = b""
+            while True:
+                try:
+                    chunk = o.read(1 << 16)
+                except (ssl.SSLWantReadError, ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                    break
+                if not chunk:
+                    break
+                plain += chunk
+            got = plain
+            types, at = [], 0
+            while at + 9 <= len(got):
+                n, ftype, _ = struct.unpack(">IBI", got[at:at + 9])
+                types.append(ftype)
+                at += 9 + n
+            assert types[-1:] == [pdwire.ERROR], types  # HELLO, RESULT (NOT_PGP), ERROR
+            # the daemon half-closed after its ERROR (the end of got);
+            # the session ends once it reads the client's end, not at the
+            # linger (2 s)
+            while open_connections() > 1:
+                assert time.monotonic() - t0 < 10, "the connection stayed"
+                time.sleep(0.02)
+            waits.append(time.monotonic() - t0)
+        print(f"connection gone {', '.join(f'{w:.2f}' for w in waits)} s after the client's end")
+        assert max(waits) < 1.0, waits
         assert probe.ping(b"q") == b"q"
     finally:
         assert d.stop() == 0
