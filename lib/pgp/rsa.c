@@ -613,9 +613,9 @@ static int crt_setup(struct pd_key *k, BIGNUM **n, BIGNUM **e, BIGNUM **p, BIGNU
  * secure pool only: no S-expression holds the key per message
  * (gcry_pk_decrypt found the key's parameters with sexp_find_token, which
  * copied them out of the secure k->rsa_pkey into the normal heap and freed
- * them unwiped).  CRT with base blinding, as libgcrypt's own RSA decrypt:
+ * them unwiped).  CRT with base and exponent blinding:
  *   r random, prime to n;  c' = c * r^e        (mod n)
- *   m1 = c'^(d mod p-1) mod p,  m2 = c'^(d mod q-1) mod q
+ *   m1 = c'^(d mod p-1 + s1(p-1)) mod p,  m2 likewise mod q (s1, s2 random)
  *   m' = m1 + p * ((m2 - m1) * u mod q)       (u = p^-1 mod q, pd_rsa_setup)
  *   m  = m' * r^-1 mod n
  * and m^e == c checked before m is used (a fault in one half would give
@@ -645,13 +645,21 @@ static int decrypt_gcrypt(const struct pd_key *k, const uint8_t *c, uint8_t *out
 	} while (gcry_mpi_cmp_ui(bl, 0) == 0 || !gcry_mpi_invm(bi, bl, k->n));
 	gcry_mpi_powm(cb, bl, k->e, k->n);
 	gcry_mpi_mulm(cb, cb, cm, k->n); /* c' = c * r^e */
-	/* m1 = c'^(d mod p-1) mod p */
+	/* m1 = c'^(d mod p-1 + s1*(p-1)) mod p, m2 likewise mod q: the
+	 * exponents blinded too, by random s1, s2 of 64 bits (the same value,
+	 * by Fermat), so that an exponent's own length and bits differ from
+	 * one operation to the next (libgcrypt's own CRT does the same). */
 	gcry_mpi_sub_ui(h, k->sp, 1);
 	gcry_mpi_mod(ex, k->d, h);
+	gcry_mpi_randomize(bl, 64, GCRY_WEAK_RANDOM);
+	gcry_mpi_mul(h, h, bl);
+	gcry_mpi_add(ex, ex, h);
 	gcry_mpi_powm(m1, cb, ex, k->sp);
-	/* m2 = c'^(d mod q-1) mod q */
 	gcry_mpi_sub_ui(h, k->sq, 1);
 	gcry_mpi_mod(ex, k->d, h);
+	gcry_mpi_randomize(bl, 64, GCRY_WEAK_RANDOM);
+	gcry_mpi_mul(h, h, bl);
+	gcry_mpi_add(ex, ex, h);
 	gcry_mpi_powm(m2, cb, ex, k->sq);
 	/* m' = m1 + p * ((m2 - m1) * u mod q) */
 	gcry_mpi_subm(h, m2, m1, k->sq);
