@@ -118,21 +118,38 @@ def test_bench_no_retry_loses_requests(world, msgs, tmp_path):
         da.stop()
 
 
+def output_in_progress(client, out):
+    """The octets in the client's output for out not yet committed: its
+    unnamed file (O_TMPFILE, "#N (deleted)" in /proc) or its named
+    temporary beside out, through the descriptor it holds; None when it
+    holds none."""
+    fds = f"/proc/{client.pid}/fd"
+    where = str(out.parent.resolve()) + "/"
+    for fd in os.listdir(fds):
+        try:
+            t = os.readlink(os.path.join(fds, fd))
+            if t.startswith(where) and (t.endswith(" (deleted)") or "/." + out.name + ".pgpdecd-" in t):
+                return os.stat(os.path.join(fds, fd)).st_size
+        except OSError:
+            pass  # closed meanwhile
+    return None
+
+
 def kill_mid_message(d, out, full, client, hold=0.0):
-    """SIGKILL daemon d while the client's temporary output for out has
-    some but not all of the plaintext: the message is in flight.  The
-    daemon is stopped (SIGSTOP) first, so that it cannot finish meanwhile."""
+    """SIGKILL daemon d while the client's output for out has some but not
+    all of the plaintext: the message is in flight.  The daemon is stopped
+    (SIGSTOP) first, so that it cannot finish meanwhile."""
     deadline = time.time() + 60
     while True:
         assert client.poll() is None, "the client finished before the daemon could be killed"
-        assert time.time() < deadline, "no plaintext reached the temporary file"
-        tmp = [x for x in out.parent.iterdir() if x.name.startswith("." + out.name + ".pgpdecd-")]
-        if tmp and tmp[0].stat().st_size > 0:
+        assert time.time() < deadline, "no plaintext reached the client's output"
+        n = output_in_progress(client, out)
+        if n:
             d.proc.send_signal(signal.SIGSTOP)
             break
         time.sleep(0.0005)
-    size = tmp[0].stat().st_size
-    assert 0 < size < full, size
+    size = output_in_progress(client, out)
+    assert size and 0 < size < full, size
     time.sleep(hold)
     d.proc.send_signal(signal.SIGKILL)
     d.proc.wait(30)
@@ -160,6 +177,9 @@ def test_daemon_restarted_on_the_same_socket(world, msgs, tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
+        if d.proc.poll() is None:  # not killed: the test failed before
+            d.proc.kill()
+            d.proc.wait(30)
 
 
 def test_stdout_is_never_written_twice(world, msgs, tmp_path):
