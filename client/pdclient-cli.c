@@ -1398,8 +1398,8 @@ static int cmd_mime(const struct opts *o, int nfiles, char **files)
 	if (code != 0)
 		fprintf(stderr, "%s: %s\n", prog, why);
 	else if (verbose)
-		fprintf(stderr, "%s: %s: %s; pieces=%u decrypted=%u no-key=%u failed=%u\n", prog, j->name,
-		        why, rep.n_pieces, rep.n_decrypted, rep.n_no_key, rep.n_failed);
+		fprintf(stderr, "%s: %s: %s; pieces=%u decrypted=%u no-key=%u failed=%u embedded=%u\n", prog,
+		        j->name, why, rep.n_pieces, rep.n_decrypted, rep.n_no_key, rep.n_failed, rep.n_embedded);
 out:
 	if (j->in_fd > STDERR_FILENO)
 		close(j->in_fd);

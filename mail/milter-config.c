@@ -265,6 +265,8 @@ static int check(struct pd_milter_config *c, char *err, size_t errlen)
 		return fail(err, errlen, "spool-dir must be an absolute path");
 	if (!c->policy.max_depth || !c->policy.max_parts)
 		return fail(err, errlen, "max-depth and max-parts must be at least 1");
+	if (c->policy.max_depth > PD_MAIL_MAX_DEPTH)
+		return fail(err, errlen, "max-depth must be at most 16 (each level may parse one more entity)");
 	c->policy.tmpdir = c->spool_dir;
 	return 0;
 }

@@ -641,11 +641,11 @@ static sfsistat on_eom(SMFICTX *ctx)
 		break;
 	}
 	close(out_fd);
-	logf_("%s: %s %s status=%s pieces=%u decrypted=%u no-key=%u failed=%u headers=%u/%u/%u body=%s "
-	      "size=%llu ms=%ld",
+	logf_("%s: %s %s status=%s pieces=%u decrypted=%u no-key=%u failed=%u embedded=%u "
+	      "headers=%u/%u/%u body=%s size=%llu ms=%ld",
 	      qid, verdict_name(rep.verdict), pd_mail_outcome_name(rep.outcome),
 	      rep.status_name[0] ? rep.status_name : "-", rep.n_pieces, rep.n_decrypted, rep.n_no_key,
-	      rep.n_failed, e.n_changed, e.n_deleted, e.n_added, body ? "replaced" : "kept",
+	      rep.n_failed, rep.n_embedded, e.n_changed, e.n_deleted, e.n_added, body ? "replaced" : "kept",
 	      (unsigned long long)m->size, ms_since(&m->t0));
 	msg_reset(ctx);
 	return st;

@@ -46,8 +46,13 @@ enum piece_kind { PK_PGPMIME, PK_ATTACH, PK_INLINE };
  * lines that start with "--" (each MIME part and level of nesting needs
  * one), lines GMime takes as a header field (every field of every part
  * becomes an object), and the items of the fields GMime parses into
- * objects of their own (parameters, addresses, date words).  One struct,
- * taken into the mail's running count with shape_take(). */
+ * objects of their own (parameters, addresses, date words).  Each text
+ * GMime parses (the mail, each decrypted entity) is held to the policy's
+ * bounds alone, with shape_fits(): a count shared with the mail would let
+ * a sender who pads the mail around someone's ciphertext learn, from
+ * accept or reject, the shape of its plaintext.  The whole-body rule
+ * (walk()) parses at most max_depth + 1 entities a mail, so the sum stays
+ * bounded. */
 struct shape {
 	uint64_t dashes, fields, items;
 };
@@ -122,7 +127,6 @@ struct run {
 	bool over_limit;
 	struct pd_mail_report *rep;
 	uint64_t plaintext;        /* octets spooled for all pieces so far */
-	struct shape built;        /* what GMime built: the mail and every entity taken */
 };
 
 /* ------------------------------------------------------------------ */
@@ -182,6 +186,7 @@ const char *pd_mail_outcome_name(enum pd_mail_outcome o)
 	case PD_MAIL_NO_KEY: return "no-key";
 	case PD_MAIL_FAILED: return "failed";
 	case PD_MAIL_UNAVAILABLE: return "unavailable";
+	case PD_MAIL_EMBEDDED: return "embedded";
 	}
 	return "?";
 }
@@ -221,6 +226,8 @@ void pd_mail_global_init(void)
 
 int pd_mail_new(struct pd_mail **ret, const struct pdc_config *cfg, const struct pd_mail_policy *policy)
 {
+	if (policy && policy->max_depth > PD_MAIL_MAX_DEPTH)
+		return -EINVAL;
 	struct pd_mail *m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
@@ -406,8 +413,10 @@ static bool long_end_line(const char *l, size_t n)
 /* An inline text part: find the armored blocks in its decoded text with
  * GMime's OpenPGP filter, one piece per block.  Only a text that has some
  * is spooled (each block is then read from the spool, and the part rebuilt
- * from it); most text parts have none and cost one read. */
-static int scan_inline(struct run *r, GMimePart *part, struct place at)
+ * from it); most text parts have none and cost one read.  A text that is
+ * not its message's whole body (!whole) has its blocks counted as
+ * embedded and nothing else: see walk(). */
+static int scan_inline(struct run *r, GMimePart *part, struct place at, bool whole)
 {
 	GMimeStream *dec = decoded_stream(part);
 	if (!dec)
@@ -461,7 +470,14 @@ static int scan_inline(struct run *r, GMimePart *part, struct place at)
 			g_mime_filter_filter(f, line, (size_t)len, 0, &out, &outlen, &outpre);
 			pos += len;
 		}
-		if (fo->state == GMIME_OPENPGP_END_PGP_MESSAGE) {
+		if (fo->state == GMIME_OPENPGP_END_PGP_MESSAGE && !whole) {
+			/* Next to content the sender wrote: counted, left as it is. */
+			r->rep->n_embedded++;
+			g_mime_filter_reset(f);
+			base = pos;
+			if (len == 0)
+				break;
+		} else if (fo->state == GMIME_OPENPGP_END_PGP_MESSAGE) {
 			struct piece *p = add_piece(r, PK_INLINE, GMIME_OBJECT(part), at);
 			if (!p)
 				break;
@@ -520,7 +536,26 @@ static bool encrypted_attachment(GMimePart *part)
 	return looks_encrypted(head, n);
 }
 
-static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level)
+/*
+ * The whole-body rule (EFAIL, "direct exfiltration"): a mail reader shows
+ * the parts of a multipart one after the other, and may join them into one
+ * HTML document.  Ciphertext a sender captured, put between two parts of
+ * their own (an unclosed <img src="http://...? before it), would come out
+ * of the gateway as plaintext inside the sender's markup.  So only an
+ * encrypted piece that is the whole of what is shown is decrypted in
+ * place: the body of the mail, of a decrypted entity (which took the
+ * mail's body), or of a message/rfc822 that is itself such a body, when
+ * that body is a multipart/encrypted or a text/plain.  Inside any other
+ * multipart (mixed, alternative, related, ...) and in message/rfc822
+ * attachments, a multipart/encrypted or an inline block is left as it is,
+ * for the mail reader, and counted as embedded; it is never sent to the
+ * daemon.  Encrypted attachments are decrypted wherever they are: they stay
+ * attachments (application/octet-stream, disposition attachment), which a
+ * reader does not render into the text.
+ *
+ * whole: o is the whole body of its message or entity.
+ */
+static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level, bool whole)
 {
 	if (level > MAX_NEST) {
 		r->over_limit = true;
@@ -536,6 +571,10 @@ static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level)
 		GMimeObject *enc = g_mime_multipart_get_part(mp, 1);
 		if (!GMIME_IS_PART(enc))
 			return 0;
+		if (!whole) {
+			r->rep->n_embedded++;
+			return 0;
+		}
 		struct piece *p = add_piece(r, PK_PGPMIME, o, at);
 		if (p)
 			p->src = decoded_stream(GMIME_PART(enc));
@@ -545,7 +584,7 @@ static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level)
 		GMimeMultipart *mp = GMIME_MULTIPART(o);
 		struct place in = { .parent = mp };
 		for (int i = 0; i < g_mime_multipart_get_count(mp); i++) {
-			int err = walk(r, g_mime_multipart_get_part(mp, i), in, level + 1);
+			int err = walk(r, g_mime_multipart_get_part(mp, i), in, level + 1, false);
 			if (err)
 				return err;
 		}
@@ -555,7 +594,7 @@ static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level)
 		GMimeMessage *inner = g_mime_message_part_get_message(GMIME_MESSAGE_PART(o));
 		GMimeObject *body = inner ? g_mime_message_get_mime_part(inner) : NULL;
 		struct place in = { .owner = inner };
-		return body ? walk(r, body, in, level + 1) : 0;
+		return body ? walk(r, body, in, level + 1, whole) : 0;
 	}
 	if (!GMIME_IS_PART(o))
 		return 0;
@@ -577,7 +616,7 @@ static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level)
 			return 0;
 	}
 	if (g_mime_content_type_is_type(ct, "text", "plain") && !is_legacy_display(o))
-		return scan_inline(r, part, at);
+		return scan_inline(r, part, at, whole);
 	return 0;
 }
 
@@ -594,7 +633,7 @@ static ssize_t piece_read(void *arg, uint8_t *buf, size_t cap)
 }
 
 static void count_lines(const char *p, size_t n, struct line_count *lc);
-static bool shape_take(struct shape *total, const struct shape *add, const struct pd_mail_policy *pol);
+static bool shape_fits(const struct shape *s, const struct pd_mail_policy *pol);
 
 static int piece_data(void *arg, const uint8_t *d, size_t n)
 {
@@ -908,8 +947,9 @@ static GMimeObject *attachment_part(struct piece *p)
 	g_object_unref(s);
 	g_mime_part_set_content(np, w);
 	g_object_unref(w);
-	const char *disp = g_mime_object_get_disposition(p->obj);
-	g_mime_object_set_disposition(GMIME_OBJECT(np), disp ? disp : "attachment");
+	/* Always an attachment, whatever the sender wrote: a reader must not
+	 * show it inline, next to the sender's text (see walk()). */
+	g_mime_object_set_disposition(GMIME_OBJECT(np), "attachment");
 	const char *fn = g_mime_part_get_filename(old);
 	if (fn) {
 		char *name = g_strdup(fn);
@@ -1014,13 +1054,13 @@ static int settle_round(struct run *r, unsigned from, GArray *next)
 		if (p->write_err)
 			return p->write_err;
 		/* A request that never got its on_done was never answered.  Past
-		 * the mail's plaintext budget, or a decrypted entity that would
-		 * take the mail (with the entities before it) past its bounds:
+		 * the mail's plaintext budget, or a decrypted entity past the
+		 * bounds (its own, not shared with the mail: see struct shape):
 		 * LIMIT, and it is not parsed.  A plaintext GMime makes no entity
 		 * of (empty, a NUL) fails as a malformed piece. */
 		p->st = p->done ? classify(&p->res) : PS_UNAVAILABLE;
 		if (p->over_budget ||
-		    (p->st == PS_OK && p->kind == PK_PGPMIME && !shape_take(&r->built, &p->lines.n, &r->m->pol))) {
+		    (p->st == PS_OK && p->kind == PK_PGPMIME && !shape_fits(&p->lines.n, &r->m->pol))) {
 			p->st = PS_FAILED;
 			p->res.status = PDC_ST_LIMIT;
 		} else if (p->st == PS_OK && p->kind == PK_PGPMIME) {
@@ -1112,11 +1152,15 @@ static void status_value(const struct pd_mail_report *rep, char *buf, size_t n)
 {
 	if (rep->outcome == PD_MAIL_NOT_ENCRYPTED)
 		snprintf(buf, n, "not-encrypted");
-	else
-		snprintf(buf, n, "%s; pieces=%u; decrypted=%u; no-key=%u; failed=%u%s%s",
+	else {
+		char emb[32] = "";
+		if (rep->n_embedded)
+			snprintf(emb, sizeof(emb), "; embedded=%u", rep->n_embedded);
+		snprintf(buf, n, "%s; pieces=%u; decrypted=%u; no-key=%u; failed=%u%s%s%s",
 		         pd_mail_outcome_name(rep->outcome), rep->n_pieces, rep->n_decrypted,
-		         rep->n_no_key, rep->n_failed, rep->status_name[0] ? "; status=" : "",
+		         rep->n_no_key, rep->n_failed, emb, rep->status_name[0] ? "; status=" : "",
 		         rep->status_name);
+	}
 }
 
 static void add_result_headers(struct run *r, GMimeMessage *msg)
@@ -1257,20 +1301,11 @@ static void count_lines(const char *p, size_t n, struct line_count *lc)
 	lc->state = st;
 }
 
-/* Take add into the mail's running count if the total stays within the
- * policy's bounds; else leave it and return false (LIMIT). */
-static bool shape_take(struct shape *total, const struct shape *add, const struct pd_mail_policy *pol)
+/* Is one text's shape within the policy's bounds?  (Else: LIMIT.) */
+static bool shape_fits(const struct shape *s, const struct pd_mail_policy *pol)
 {
-	struct shape t = {
-		.dashes = total->dashes + add->dashes,
-		.fields = total->fields + add->fields,
-		.items = total->items + add->items,
-	};
-	if (t.dashes > pol->max_mime_parts || t.fields > pol->max_header_fields ||
-	    t.items > pol->max_header_items)
-		return false;
-	*total = t;
-	return true;
+	return s->dashes <= pol->max_mime_parts && s->fields <= pol->max_header_fields &&
+	       s->items <= pol->max_header_items;
 }
 
 /* The input as a seekable spool of our own, line ends made LF (GMime's
@@ -1447,7 +1482,7 @@ static int decrypt_mail(struct run *r)
 		GArray *next = g_array_new(FALSE, FALSE, sizeof(struct root));
 		for (unsigned i = 0; i < roots->len && !err; i++) {
 			struct root *rt = &g_array_index(roots, struct root, i);
-			err = walk(r, rt->obj, rt->at, 0);
+			err = walk(r, rt->obj, rt->at, 0, true);
 		}
 		if (!err && r->n > from && depth > r->m->pol.max_depth) {
 			/* Encrypted deeper than max_depth: left as it is, and LIMIT. */
@@ -1495,9 +1530,9 @@ static void decide(struct run *r)
 			return;
 		}
 	if (rep->n_pieces == 0 && !r->over_limit)
-		rep->outcome = PD_MAIL_NOT_ENCRYPTED;
+		rep->outcome = rep->n_embedded ? PD_MAIL_EMBEDDED : PD_MAIL_NOT_ENCRYPTED;
 	else if (rep->n_decrypted == rep->n_pieces && !r->over_limit)
-		rep->outcome = PD_MAIL_DECRYPTED;
+		rep->outcome = rep->n_embedded ? PD_MAIL_PARTLY : PD_MAIL_DECRYPTED;
 	else if (rep->n_decrypted)
 		rep->outcome = PD_MAIL_PARTLY;
 	else if (rep->n_failed)
@@ -1551,7 +1586,7 @@ int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_rep
 	int err = spool_input(m, in_fd, &spool, &rep.bytes_in, &lines);
 	if (err)
 		return err;
-	if (!shape_take(&r.built, &lines.n, &m->pol)) {
+	if (!shape_fits(&lines.n, &m->pol)) {
 		/* More parts or fields than GMime may build: not parsed, LIMIT. */
 		r.over_limit = true;
 	} else {

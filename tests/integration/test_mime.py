@@ -274,13 +274,11 @@ def test_nesting_beyond_64_is_a_limit(env):
         mail += f"--b{i}--\n"
     r = mime(env, mail.encode())
     assert r.returncode == 65 and r.stderr == b"pgpdecd-client: not decrypted: LIMIT\n"
-    # 60 levels are followed
+    # 60 levels are followed: messages that are each other's whole body
     mail = "From: a@x\nSubject: deep\nMIME-Version: 1.0\n"
     for i in range(60):
-        mail += f"Content-Type: multipart/mixed; boundary=\"b{i}\"\n\n--b{i}\n"
+        mail += f"Content-Type: message/rfc822\n\nSubject: level {i}\nMIME-Version: 1.0\n"
     mail += "Content-Type: text/plain\n\n" + env["encrypt"](b"deep\n").decode()
-    for i in reversed(range(60)):
-        mail += f"--b{i}--\n"
     r = mime(env, mail.encode())
     assert r.returncode == 0, r.stderr
     assert parse(r.stdout)["X-Pgpdecd-Status"].startswith("decrypted;")
@@ -290,7 +288,9 @@ def test_nesting_beyond_64_is_a_limit(env):
 def test_armor_at_the_end_of_a_multipart_part(env):
     # The line end before a boundary belongs to the boundary (RFC 2046), so
     # the part's text ends "-----END PGP MESSAGE-----" with no line end:
-    # the block is still found (it was not, before the fix).
+    # the block is still found (it was not, before the fix).  A part of a
+    # multipart is never its message's whole body, so the block is counted
+    # as embedded and left as it is (the whole-body rule).
     enc = env["encrypt"](b"last block\n").decode()
     mail = ("From: a@x\nSubject: s\nMIME-Version: 1.0\n"
             "Content-Type: multipart/mixed; boundary=\"z\"\n\n--z\n"
@@ -298,9 +298,10 @@ def test_armor_at_the_end_of_a_multipart_part(env):
     r = mime(env, mail)
     assert r.returncode == 0, r.stderr
     m = parse(r.stdout)
-    assert m["X-Pgpdecd-Status"].startswith("decrypted;")
+    assert m["X-Pgpdecd-Status"] == \
+        "embedded; pieces=0; decrypted=0; no-key=0; failed=0; embedded=1"
     part = next(p for p in m.walk() if not p.is_multipart())
-    assert part.get_content() == "first\nlast block\n"
+    assert part.get_content() == "first\n" + enc.rstrip("\n")
 
 
 def test_nul_in_a_header_forges_nothing(env):

@@ -266,6 +266,8 @@ static void test_config_errors(void **state)
 	expect_error("tls-ca = /x\n", "need connect");
 	expect_error("connect = h:1\ntls-cert = /c\n", "both tls-cert and tls-key");
 	expect_error("concurrency = 0\n", "concurrency");
+	/* each level may parse one more decrypted entity: the sum is bounded */
+	expect_error("max-depth = 17\n", "max-depth must be at most 16");
 	expect_error("socket-group = no-such-group-here\n", "no such group");
 	expect_error("this is not ini\n", ":1: syntax error");
 	/* inih reads on after an error: the first one is what is reported */
