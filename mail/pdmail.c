@@ -1554,27 +1554,30 @@ static void decide(struct run *r)
 	rep->verdict = verdict_of(act);
 }
 
-/* The original, parsed again from the spool, attached after the decrypted
- * content as message/rfc822. */
-static void attach_original(GMimeMessage *msg, GMimeStream *spool)
+/* The original, attached after the decrypted content as message/rfc822:
+ * the spool as it came (line ends LF), not parsed again, so that GMime
+ * builds nothing for it beyond what was counted (a second parse doubled
+ * what a mail under the bounds took). */
+static int attach_original(GMimeMessage *msg, GMimeStream *spool)
 {
-	g_mime_stream_reset(spool);
-	GMimeParser *ps = g_mime_parser_new_with_stream(spool);
-	g_mime_parser_set_persist_stream(ps, TRUE);
-	GMimeMessage *orig = g_mime_parser_construct_message(ps, NULL);
-	g_object_unref(ps);
-	if (!orig)
-		return;
+	gint64 len = g_mime_stream_length(spool);
+	GMimeStream *s = len < 0 ? NULL : g_mime_stream_substream(spool, 0, len);
+	if (!s)
+		return -EIO;
+	GMimePart *orig = g_mime_part_new_with_type("message", "rfc822");
+	GMimeDataWrapper *w = g_mime_data_wrapper_new_with_stream(s, GMIME_CONTENT_ENCODING_DEFAULT);
+	g_object_unref(s);
+	g_mime_part_set_content(orig, w);
+	g_object_unref(w);
+	g_mime_object_set_disposition(GMIME_OBJECT(orig), "attachment");
 	GMimeMultipart *mixed = g_mime_multipart_new_with_subtype("mixed");
 	g_mime_multipart_add(mixed, g_mime_message_get_mime_part(msg));
-	GMimeMessagePart *mp = g_mime_message_part_new_with_message("rfc822", orig);
-	g_mime_object_set_disposition(GMIME_OBJECT(mp), "attachment");
-	g_mime_multipart_add(mixed, GMIME_OBJECT(mp));
-	g_object_unref(mp);
+	g_mime_multipart_add(mixed, GMIME_OBJECT(orig));
 	g_object_unref(orig);
 	g_mime_message_set_mime_part(msg, GMIME_OBJECT(mixed));
 	g_object_unref(mixed);
 	g_mime_object_prepend_header(GMIME_OBJECT(msg), HDR_PREFIX "Original", "attached", NULL);
+	return 0;
 }
 
 int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_report *ret)
@@ -1611,8 +1614,8 @@ int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_rep
 		err = write_unparsed(spool, out_fd, &rep, &rep.bytes_out);
 		goto out;
 	}
-	if (m->pol.keep_original && rep.n_decrypted)
-		attach_original(r.msg, spool);
+	if (m->pol.keep_original && rep.n_decrypted && (err = attach_original(r.msg, spool)))
+		goto out;
 	add_result_headers(&r, r.msg);
 	err = write_message(r.msg, out_fd, &rep.bytes_out);
 out:

@@ -353,3 +353,31 @@ def test_plaintext_that_is_no_entity_is_malformed(env, plaintext):
     assert parse(r.stdout)["X-Pgpdecd-Status"] == \
         "failed; pieces=1; decrypted=0; no-key=0; failed=1; status=MALFORMED"
     assert b"BEGIN PGP MESSAGE" in r.stdout
+
+
+def test_keep_original_is_not_parsed_again(env, tmp_path):
+    # --keep-original parsed the spooled mail a second time to attach it,
+    # and what GMime built for it was not counted: a mail just under the
+    # bounds took twice their memory (review of 2026-12-03).  The original
+    # is now attached as it came, unparsed.  45,000 parameters in
+    # one Content-Type, four items each with its ";" (180,000): under max_header_items (200,000).
+    enc = env["encrypt"](b"kept\n")
+    mail = (b"From: a@x\nSubject: s\nMIME-Version: 1.0\nContent-Type: text/plain"
+            + b";\n a=b" * 45_000 + b"\n\n" + enc)
+    path = tmp_path / "items.eml"
+    path.write_bytes(mail)
+    rss = {}
+    for args in ((), ("--keep-original",)):
+        code, err, rss[args] = run_rss(env, path, *args)
+        assert code == 0, (args, err)
+    base, keep = rss[()], rss[("--keep-original",)]
+    print(f"peak RSS {base:.0f} MiB, with --keep-original {keep:.0f} MiB")
+    assert keep < base * 1.25, (base, keep)
+    r = mime(env, mail, "--keep-original")
+    m = parse(r.stdout)
+    assert m["X-Pgpdecd-Original"] == "attached" and m["X-Pgpdecd-Status"].startswith("decrypted;")
+    orig = m.get_payload()[1]
+    assert orig.get_content_type() == "message/rfc822" and orig.get_content_disposition() == "attachment"
+    # the original as it came (line ends LF), octet for octet
+    attached = r.stdout.split(b"Content-Disposition: attachment\n\n", 1)[1]
+    assert attached.startswith(mail) and attached[len(mail):].lstrip(b"\n").startswith(b"--")
