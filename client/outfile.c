@@ -18,13 +18,21 @@
 static struct pd_outfile *volatile named_files;
 static void (*volatile also_on_signal)(void);
 
+/* The signals whose default action ends the process and that a program can
+ * catch: each removes the temporaries first (SIGKILL cannot be caught; the
+ * file-system fallback is for that, O_TMPFILE being the rule). */
+static const int fatal_sigs[] = {
+	SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2,
+	SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF,
+};
+#define N_FATAL (sizeof(fatal_sigs) / sizeof(fatal_sigs[0]))
+
 static void block_fatal(sigset_t *old)
 {
 	sigset_t s;
 	sigemptyset(&s);
-	sigaddset(&s, SIGINT);
-	sigaddset(&s, SIGTERM);
-	sigaddset(&s, SIGHUP);
+	for (size_t i = 0; i < N_FATAL; i++)
+		sigaddset(&s, fatal_sigs[i]);
 	sigprocmask(SIG_BLOCK, &s, old);
 }
 
@@ -71,17 +79,17 @@ static void on_fatal_signal(int sig)
 
 void pd_outfile_catch_signals(void (*also)(void))
 {
-	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
 	struct sigaction sa = { .sa_handler = on_fatal_signal };
 	also_on_signal = also;
 	sigemptyset(&sa.sa_mask);
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-		sigaddset(&sa.sa_mask, sigs[i]);
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+	for (size_t i = 0; i < N_FATAL; i++)
+		sigaddset(&sa.sa_mask, fatal_sigs[i]);
+	for (size_t i = 0; i < N_FATAL; i++) {
 		struct sigaction old;
-		/* An ignored signal (nohup, a parent's choice) stays ignored. */
-		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
-			(void)sigaction(sigs[i], &sa, NULL);
+		/* An ignored signal (nohup, a parent's choice) stays ignored;
+		 * one with a handler of the program's own keeps it. */
+		if (sigaction(fatal_sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL)
+			(void)sigaction(fatal_sigs[i], &sa, NULL);
 	}
 }
 

@@ -50,7 +50,10 @@ void pd_outfile_discard(struct pd_outfile *f);
 /* Free the strings of a finished f. */
 void pd_outfile_free(struct pd_outfile *f);
 
-/* SIGINT, SIGTERM and SIGHUP (unless ignored): remove the temporary names
+/* Every catchable signal whose default action ends the process (SIGINT,
+ * SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGALRM, SIGUSR1/2, SIGXCPU, SIGXFSZ,
+ * SIGVTALRM, SIGPROF) while it has its default action (an ignored one
+ * stays ignored, a handler of the caller's stays): remove the temporary names
  * of every open output file, call also() (async-signal-safe; may be NULL),
  * then die of the signal so that the caller sees why (a shell says 128+N). */
 void pd_outfile_catch_signals(void (*also)(void));
