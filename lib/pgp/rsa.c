@@ -622,6 +622,20 @@ static int crt_setup(struct pd_key *k, BIGNUM **n, BIGNUM **e, BIGNUM **p, BIGNU
  * out a factor of n): a mismatch is PD_EINTERNAL.  Every temporary that
  * depends on the key is a secure MPI; the exponents are secure, which
  * libgcrypt's gcry_mpi_powm takes in constant time. */
+/* One CRT half: out = cb^(d mod (prime-1) + s*(prime-1)) mod prime, s a
+ * random 64-bit blinding of the exponent; ex, h and s are scratch (secure
+ * MPIs of the key's size). */
+static void blinded_half(gcry_mpi_t out, gcry_mpi_t cb, gcry_mpi_t d, gcry_mpi_t prime, gcry_mpi_t ex,
+                         gcry_mpi_t h, gcry_mpi_t s)
+{
+	gcry_mpi_sub_ui(h, prime, 1);
+	gcry_mpi_mod(ex, d, h);
+	gcry_mpi_randomize(s, 64, GCRY_WEAK_RANDOM);
+	gcry_mpi_mul(h, h, s);
+	gcry_mpi_add(ex, ex, h);
+	gcry_mpi_powm(out, cb, ex, prime);
+}
+
 static int decrypt_gcrypt(const struct pd_key *k, const uint8_t *c, uint8_t *out, size_t klen)
 {
 	unsigned nbits = gcry_mpi_get_nbits(k->n);
@@ -649,18 +663,8 @@ static int decrypt_gcrypt(const struct pd_key *k, const uint8_t *c, uint8_t *out
 	 * exponents blinded too, by random s1, s2 of 64 bits (the same value,
 	 * by Fermat), so that an exponent's own length and bits differ from
 	 * one operation to the next (libgcrypt's own CRT does the same). */
-	gcry_mpi_sub_ui(h, k->sp, 1);
-	gcry_mpi_mod(ex, k->d, h);
-	gcry_mpi_randomize(bl, 64, GCRY_WEAK_RANDOM);
-	gcry_mpi_mul(h, h, bl);
-	gcry_mpi_add(ex, ex, h);
-	gcry_mpi_powm(m1, cb, ex, k->sp);
-	gcry_mpi_sub_ui(h, k->sq, 1);
-	gcry_mpi_mod(ex, k->d, h);
-	gcry_mpi_randomize(bl, 64, GCRY_WEAK_RANDOM);
-	gcry_mpi_mul(h, h, bl);
-	gcry_mpi_add(ex, ex, h);
-	gcry_mpi_powm(m2, cb, ex, k->sq);
+	blinded_half(m1, cb, k->d, k->sp, ex, h, bl);
+	blinded_half(m2, cb, k->d, k->sq, ex, h, bl);
 	/* m' = m1 + p * ((m2 - m1) * u mod q) */
 	gcry_mpi_subm(h, m2, m1, k->sq);
 	gcry_mpi_mulm(h, h, k->u, k->sq);
