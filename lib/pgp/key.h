@@ -12,6 +12,8 @@
  * implicit-rejection secret are gcry_malloc_secure() buffers.
  */
 #pragma once
+#include <stdatomic.h>
+
 #include <gcrypt.h>
 
 #include "pgp/algo.h"
@@ -52,6 +54,8 @@ struct pd_key {
 	void **rsa_ctx;           /* OpenSSL: slots EVP_PKEY_CTX *, per worker, lazily; else NULL */
 	void *rsa_crt;            /* OpenSSL backend: CRT values for split operations, or NULL */
 	void **rsa_crtw;          /* OpenSSL: slots per-worker split states (BN_CTXs, blinding), lazily */
+	atomic_bool rsa_evp_suspect; /* an EVP operation failed: OpenSSL's blinding of the key may be
+	                                wrong, every EVP result is checked from then on (pgp/rsa.c) */
 
 	/* ECDH backend state (pgp/ecdh.c), for ECDH/X25519/X448 keys */
 	enum pd_ecdh_backend ecdh_backend; /* 0 until pd_ecdh_setup() */

@@ -193,6 +193,31 @@ static int decrypt_openssl(const struct pd_key *k, unsigned worker, const uint8_
 	return outlen == klen ? 0 : PD_EINTERNAL;
 }
 
+/* out^e == c mod n?  0, PD_EINTERNAL when not, -ENOMEM.  The public
+ * operation; m is held in OpenSSL's secure heap. */
+static int check_result(const struct pd_key *k, const uint8_t *c, const uint8_t *out, size_t klen)
+{
+	BN_CTX *ctx = BN_CTX_secure_new();
+	BIGNUM *m = BN_secure_new(), *n = BN_new(), *e = BN_new(), *t = BN_secure_new(), *cb = BN_new();
+	uint8_t *buf = malloc(klen);
+	size_t len;
+	int r = -ENOMEM;
+	if (ctx && m && n && e && t && cb && buf &&
+	    !gcry_mpi_print(GCRYMPI_FMT_USG, buf, klen, &len, k->n) && BN_bin2bn(buf, (int)len, n) &&
+	    !gcry_mpi_print(GCRYMPI_FMT_USG, buf, klen, &len, k->e) && BN_bin2bn(buf, (int)len, e) &&
+	    BN_bin2bn(out, (int)klen, m) && BN_bin2bn(c, (int)klen, cb) && BN_mod_exp(t, m, e, n, ctx))
+		r = BN_cmp(t, cb) == 0 ? 0 : PD_EINTERNAL;
+	free(buf);
+	BN_clear_free(m);
+	BN_clear_free(t);
+	BN_free(n);
+	BN_free(e);
+	BN_free(cb);
+	BN_CTX_free(ctx);
+	ERR_clear_error();
+	return r;
+}
+
 /* ---- split CRT (see the top of this file) ---- */
 
 struct crt {                    /* per key, read-only after setup */
@@ -697,6 +722,31 @@ out:
 	return r;
 }
 
+/* The EVP path with its safeguard.  OpenSSL renews a key's blinding pair
+ * every 32 operations; when an allocation of the renewal fails, that
+ * operation fails and the pair is left inconsistent, and the key's next 31
+ * operations succeed with a wrong result (OpenSSL 3.0), which the caller
+ * would take for a wrong key: 32 messages INTEGRITY for one transient
+ * failure.  So after any EVP failure on a key (with c < n, only resources
+ * fail), every EVP result for it is checked (out^e == c: about 6% of an
+ * RSA-2048 operation, paid only from then on); a wrong one is redone on
+ * the split path, whose blinding is ours and whose halves are checked, or
+ * fails -ENOMEM (temporary) where this worker cannot split. */
+static int decrypt_evp(const struct pd_key *k, unsigned worker, const uint8_t *c, uint8_t *out, size_t klen)
+{
+	bool suspect = atomic_load_explicit(&k->rsa_evp_suspect, memory_order_relaxed);
+	int r = decrypt_openssl(k, worker, c, out, klen);
+	if (r) {
+		atomic_store_explicit(&((struct pd_key *)k)->rsa_evp_suspect, true, memory_order_relaxed);
+		return r;
+	}
+	if (!suspect || (r = check_result(k, c, out, klen)) != PD_EINTERNAL)
+		return r;
+	pd_wipe(out, klen);
+	r = k->rsa_crt && !is_split_off(k, worker) ? decrypt_split(k, worker, NULL, c, out, klen) : -ENOMEM;
+	return r == PD_EINTERNAL ? -ENOMEM : r;
+}
+
 static atomic_ulong split_failures;
 
 unsigned long pd_split_failures(void) { return atomic_load(&split_failures); }
@@ -736,9 +786,9 @@ static int decrypt_raw(const struct pd_key *k, unsigned worker, const struct pd_
 		if (r)
 			atomic_fetch_add(&split_failures, 1);
 		if (r && split == 0) /* resources or a fault: the EVP path decides */
-			r = decrypt_openssl(k, worker, cp, out, klen);
+			r = decrypt_evp(k, worker, cp, out, klen);
 	} else if (k->rsa_backend == PD_RSA_OPENSSL)
-		r = decrypt_openssl(k, worker, cp, out, klen);
+		r = decrypt_evp(k, worker, cp, out, klen);
 	else
 		r = decrypt_gcrypt(k, cp, out, klen);
 	if (r)

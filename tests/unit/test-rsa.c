@@ -542,6 +542,80 @@ static void test_split(void **state)
 	pd_keyring_free(kr);
 }
 
+/* OpenSSL's allocator, replaced in main() before any OpenSSL allocation: on
+ * this thread, the fail_at-th allocation after arming fails. */
+static _Thread_local unsigned long fail_at, allocs;
+static bool ossl_faults;
+
+static bool fails(void)
+{
+	return fail_at && ++allocs == fail_at;
+}
+
+static void *f_malloc(size_t n, const char *file, int line)
+{
+	(void)file;
+	(void)line;
+	return fails() ? NULL : malloc(n);
+}
+
+static void *f_realloc(void *p, size_t n, const char *file, int line)
+{
+	(void)file;
+	(void)line;
+	return fails() ? NULL : realloc(p, n);
+}
+
+static void f_free(void *p, const char *file, int line)
+{
+	(void)file;
+	(void)line;
+	free(p);
+}
+
+/* OpenSSL renews an RSA key's blinding every 32 operations; an allocation
+ * of the renewal that fails leaves the pair inconsistent, and the next 31
+ * EVP operations on the key succeeded with a wrong result: 32 messages
+ * INTEGRITY (implicit rejection) for one transient malloc failure (the
+ * open finding of daemon/README).  Each armed run of 33 operations fails
+ * the nth allocation of every operation, so one of them is a renewal's
+ * nth; whatever an armed operation returns, it is never a wrong result,
+ * and the 40 unarmed operations after it are all right. */
+static void test_evp_after_a_failed_allocation(void **state)
+{
+	(void)state;
+	if (!ossl_faults)
+		skip();
+	struct pd_keyring *kr = ring(PD_RSA_OPENSSL);
+	const struct pd_key *k = subkey(kr);
+	size_t klen = (gcry_mpi_get_nbits(k->n) + 7) / 8;
+	uint8_t cb[512], want[512], out[512];
+	size_t cl;
+	unsigned failed = 0, wrong = 0;
+	for (unsigned long n = 1; n <= 40; n++) {
+		for (int i = 0; i < 33; i++) {
+			random_pair(k, i, cb, &cl, want, klen);
+			allocs = 0;
+			fail_at = n;
+			int r = pd_rsa_decrypt_raw(k, 0, NULL, cb, cl, out, klen);
+			fail_at = 0;
+			failed += r != 0;
+			wrong += r == 0 && memcmp(out, want, klen) != 0;
+		}
+		for (int i = 0; i < 40; i++) {
+			random_pair(k, i, cb, &cl, want, klen);
+			int r = pd_rsa_decrypt_raw(k, 0, NULL, cb, cl, out, klen);
+			if (r != 0 || memcmp(out, want, klen) != 0)
+				fail_msg("n=%lu: unarmed operation %d after the armed run: %d%s", n, i, r,
+				         r ? "" : " and a wrong result");
+		}
+	}
+	print_message("armed operations that failed: %u, wrong results: %u\n", failed, wrong);
+	assert_true(failed > 0);
+	assert_int_equal(wrong, 0);
+	pd_keyring_free(kr);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -553,7 +627,9 @@ int main(void)
 		cmocka_unit_test(test_default_backend),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_split),
+		cmocka_unit_test(test_evp_after_a_failed_allocation),
 	};
+	ossl_faults = CRYPTO_set_mem_functions(f_malloc, f_realloc, f_free) == 1;
 	if (pd_lib_init(1 << 20))
 		return 1;
 	int r = cmocka_run_group_tests(tests, NULL, NULL);
