@@ -555,12 +555,34 @@ static bool encrypted_attachment(GMimePart *part)
  *
  * whole: o is the whole body of its message or entity.
  */
+/* Does o have more than one Content-Type field?  GMime takes the last one,
+ * most mail readers (Thunderbird, Python's email) the first: a text/plain
+ * for the gateway may be a text/html or a multipart/mixed for the reader. */
+static bool ambiguous_type(GMimeObject *o)
+{
+	GMimeHeaderList *hl = g_mime_object_get_header_list(o);
+	unsigned n = 0;
+	for (int i = 0; hl && i < g_mime_header_list_get_count(hl); i++) {
+		const char *name = g_mime_header_get_name(g_mime_header_list_get_header_at(hl, i));
+		size_t len = name ? strlen(name) : 0;
+		while (len && (name[len - 1] == ' ' || name[len - 1] == '\t'))
+			len--;
+		if (len == 12 && g_ascii_strncasecmp(name, "Content-Type", 12) == 0)
+			n++;
+	}
+	return n > 1;
+}
+
 static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level, bool whole)
 {
 	if (level > MAX_NEST) {
 		r->over_limit = true;
 		return 0;
 	}
+	/* A body whose type the reader may take otherwise is not a whole
+	 * body of the type we see (the pieces in it are embedded). */
+	if (whole && ambiguous_type(o))
+		whole = false;
 	if (GMIME_IS_MULTIPART_SIGNED(o))
 		return 0; /* never touched: the MUA verifies it as it is */
 	if (GMIME_IS_MULTIPART_ENCRYPTED(o)) {

@@ -381,3 +381,30 @@ def test_keep_original_is_not_parsed_again(env, tmp_path):
     # the original as it came (line ends LF), octet for octet
     attached = r.stdout.split(b"Content-Disposition: attachment\n\n", 1)[1]
     assert attached.startswith(mail) and attached[len(mail):].lstrip(b"\n").startswith(b"--")
+
+
+@pytest.mark.parametrize("layout", ["html-first", "mixed-first", "spaced-name", "rfc822", "entity"])
+def test_efail_two_content_types_stay_encrypted(env, layout):
+    # Two Content-Type fields: GMime takes the last (text/plain, the
+    # whole-body rule passed), Thunderbird and Python's email the first.
+    # Both went out as they came, around the plaintext: a text/html of the
+    # sender's, or the classic EFAIL multipart/mixed (the plaintext between
+    # two of the sender's HTML parts).  Now such a body is not a whole body.
+    blk = env["encrypt"](SECRET + b"\n")
+    head = b"From: a@x\nTo: b@x\nSubject: s\nMIME-Version: 1.0\n"
+    if layout == "mixed-first":
+        mail = (head + b"Content-Type: multipart/mixed; boundary=\"E\"\nContent-Type: text/plain\n\n"
+                b"--E\nContent-Type: text/html\n\n" + EVIL_OPEN + b"\n--E\nContent-Type: text/plain\n\n"
+                + blk + b"\n--E\nContent-Type: text/html\n\n" + EVIL_CLOSE + b"\n--E--\n")
+    elif layout == "rfc822":
+        mail = (head + b"Content-Type: text/html\nContent-Type: message/rfc822\n\nFrom: c@x\nX-A: "
+                + EVIL_OPEN + b"\nContent-Type: text/plain\n\n" + blk + EVIL_CLOSE + b"\n")
+    else:
+        ct = (b"Content-Type : text/html\n" if layout == "spaced-name" else b"Content-Type: text/html\n")
+        text = ct + b"Content-Type: text/plain\n\n" + EVIL_OPEN + b"\n" + blk + EVIL_CLOSE + b"\n"
+        mail = pgp_mime(env, text) if layout == "entity" else head + text
+    r = mime(env, mail)
+    assert r.returncode == 0, r.stderr
+    assert SECRET not in r.stdout
+    status = parse(r.stdout)["X-Pgpdecd-Status"]
+    assert status.endswith("; embedded=1"), status
