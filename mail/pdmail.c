@@ -536,6 +536,24 @@ static bool encrypted_attachment(GMimePart *part)
 	return looks_encrypted(head, n);
 }
 
+/* Does o have more than one Content-Type field?  GMime takes the last one,
+ * most mail readers (Thunderbird, Python's email) the first: a text/plain
+ * for the gateway may be a text/html or a multipart/mixed for the reader. */
+static bool ambiguous_type(GMimeObject *o)
+{
+	GMimeHeaderList *hl = g_mime_object_get_header_list(o);
+	unsigned n = 0;
+	for (int i = 0; hl && i < g_mime_header_list_get_count(hl); i++) {
+		const char *name = g_mime_header_get_name(g_mime_header_list_get_header_at(hl, i));
+		size_t len = name ? strlen(name) : 0;
+		while (len && (name[len - 1] == ' ' || name[len - 1] == '\t'))
+			len--;
+		if (len == 12 && g_ascii_strncasecmp(name, "Content-Type", 12) == 0)
+			n++;
+	}
+	return n > 1;
+}
+
 /*
  * The whole-body rule (EFAIL, "direct exfiltration"): a mail reader shows
  * the parts of a multipart one after the other, and may join them into one
@@ -555,24 +573,6 @@ static bool encrypted_attachment(GMimePart *part)
  *
  * whole: o is the whole body of its message or entity.
  */
-/* Does o have more than one Content-Type field?  GMime takes the last one,
- * most mail readers (Thunderbird, Python's email) the first: a text/plain
- * for the gateway may be a text/html or a multipart/mixed for the reader. */
-static bool ambiguous_type(GMimeObject *o)
-{
-	GMimeHeaderList *hl = g_mime_object_get_header_list(o);
-	unsigned n = 0;
-	for (int i = 0; hl && i < g_mime_header_list_get_count(hl); i++) {
-		const char *name = g_mime_header_get_name(g_mime_header_list_get_header_at(hl, i));
-		size_t len = name ? strlen(name) : 0;
-		while (len && (name[len - 1] == ' ' || name[len - 1] == '\t'))
-			len--;
-		if (len == 12 && g_ascii_strncasecmp(name, "Content-Type", 12) == 0)
-			n++;
-	}
-	return n > 1;
-}
-
 static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level, bool whole)
 {
 	if (level > MAX_NEST) {
