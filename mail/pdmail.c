@@ -102,6 +102,7 @@ struct piece {
 	int out_fd;                /* plaintext spool (unlinked) */
 	int write_err;             /* a failed write to out_fd */
 	bool over_budget;          /* its plaintext went past the mail's max_plaintext */
+	bool soft;                 /* failed for what its plaintext holds: reported, never the verdict */
 	struct run *run;
 	struct line_count lines;   /* PK_PGPMIME: of the plaintext, the entity to parse */
 	GMimeObject *entity;       /* PK_PGPMIME: the entity, parsed when it is taken */
@@ -124,7 +125,10 @@ struct run {
 	unsigned n, cap;
 	struct text_job *tj[MAX_PIECES_HARD];
 	unsigned n_tj;
-	bool over_limit;
+	bool over_limit;           /* a bound of the mail as received: the failure policy applies */
+	bool inner_limit;          /* a bound reached inside what was decrypted: reported only */
+	unsigned round;            /* 0: the mail as received; n: inside n levels of decryption */
+	int nomem;                 /* -ENOMEM: a piece could not be recorded */
 	struct pd_mail_report *rep;
 	uint64_t plaintext;        /* octets spooled for all pieces so far */
 };
@@ -377,17 +381,32 @@ static bool looks_encrypted(const char *p, size_t n)
 	return tag == 1 || tag == 3 || tag == 9 || tag == 18 || tag == 20;
 }
 
+/* A bound is reached.  In the mail as received it is the sender's doing,
+ * and the failure policy applies; inside decrypted content it depends on
+ * what a plaintext holds, and a sender could pad a mail around someone's
+ * ciphertext to ask about it (its pieces, nesting, length): reported in
+ * X-Pgpdecd-Status only, the verdict never depends on it. */
+static void limit_reached(struct run *r)
+{
+	if (r->round)
+		r->inner_limit = true;
+	else
+		r->over_limit = true;
+}
+
 static struct piece *add_piece(struct run *r, enum piece_kind k, GMimeObject *obj, struct place at)
 {
 	if (r->n >= r->m->pol.max_parts) {
-		r->over_limit = true;
+		limit_reached(r);
 		return NULL;
 	}
 	if (r->n == r->cap) {
 		unsigned cap = r->cap ? r->cap * 2 : 8;
 		struct piece *np = realloc(r->p, cap * sizeof(*np));
-		if (!np)
+		if (!np) {
+			r->nomem = -ENOMEM;
 			return NULL;
+		}
 		r->p = np;
 		r->cap = cap;
 	}
@@ -576,7 +595,7 @@ static bool ambiguous_type(GMimeObject *o)
 static int walk(struct run *r, GMimeObject *o, struct place at, unsigned level, bool whole)
 {
 	if (level > MAX_NEST) {
-		r->over_limit = true;
+		limit_reached(r);
 		return 0;
 	}
 	/* A body whose type the reader may take otherwise is not a whole
@@ -1086,12 +1105,17 @@ static int settle_round(struct run *r, unsigned from, GArray *next)
 		 * the mail's plaintext budget, or a decrypted entity past the
 		 * bounds (its own, not shared with the mail: see struct shape):
 		 * LIMIT, and it is not parsed.  A plaintext GMime makes no entity
-		 * of (empty, a NUL) fails as a malformed piece. */
+		 * of (empty, a NUL) fails as a malformed piece.  These depend on
+		 * what the plaintext holds, and so does every piece found inside
+		 * decrypted content: soft failures, reported only (see
+		 * limit_reached()). */
 		p->st = p->done ? classify(&p->res) : PS_UNAVAILABLE;
+		p->soft = r->round > 0;
 		if (p->over_budget ||
 		    (p->st == PS_OK && p->kind == PK_PGPMIME && !shape_fits(&p->lines.n, &r->m->pol))) {
 			p->st = PS_FAILED;
 			p->res.status = PDC_ST_LIMIT;
+			p->soft = true;
 		} else if (p->st == PS_OK && p->kind == PK_PGPMIME) {
 			int err = parse_entity(p, &p->entity);
 			if (err)
@@ -1099,6 +1123,7 @@ static int settle_round(struct run *r, unsigned from, GArray *next)
 			if (!p->entity) {
 				p->st = PS_FAILED;
 				p->res.status = PDC_ST_MALFORMED;
+				p->soft = true;
 			}
 		}
 		rep->n_pieces++;
@@ -1509,13 +1534,17 @@ static int decrypt_mail(struct run *r)
 	for (unsigned depth = 0; roots->len; depth++) {
 		unsigned from = r->n;
 		GArray *next = g_array_new(FALSE, FALSE, sizeof(struct root));
+		r->round = depth;
 		for (unsigned i = 0; i < roots->len && !err; i++) {
 			struct root *rt = &g_array_index(roots, struct root, i);
 			err = walk(r, rt->obj, rt->at, 0, true);
 		}
+		if (!err)
+			err = r->nomem;
 		if (!err && r->n > from && depth > r->m->pol.max_depth) {
-			/* Encrypted deeper than max_depth: left as it is, and LIMIT. */
-			r->over_limit = true;
+			/* Encrypted deeper than max_depth: left as it is, and LIMIT
+			 * (found in a plaintext: reported only, see limit_reached). */
+			r->inner_limit = true;
 			for (unsigned i = from; i < r->n; i++)
 				if (r->p[i].src)
 					g_object_unref(r->p[i].src);
@@ -1542,7 +1571,8 @@ static int decrypt_mail(struct run *r)
 static void decide(struct run *r)
 {
 	struct pd_mail_report *rep = r->rep;
-	if (r->over_limit) {
+	bool limit = r->over_limit || r->inner_limit;
+	if (limit) {
 		rep->n_failed++;
 		if (!rep->status)
 			set_status(rep, PDC_ST_LIMIT);
@@ -1558,9 +1588,9 @@ static void decide(struct run *r)
 			rep->verdict = PD_MAIL_TEMPFAIL;
 			return;
 		}
-	if (rep->n_pieces == 0 && !r->over_limit)
+	if (rep->n_pieces == 0 && !limit)
 		rep->outcome = rep->n_embedded ? PD_MAIL_EMBEDDED : PD_MAIL_NOT_ENCRYPTED;
-	else if (rep->n_decrypted == rep->n_pieces && !r->over_limit)
+	else if (rep->n_decrypted == rep->n_pieces && !limit)
 		rep->outcome = rep->n_embedded ? PD_MAIL_PARTLY : PD_MAIL_DECRYPTED;
 	else if (rep->n_decrypted)
 		rep->outcome = PD_MAIL_PARTLY;
@@ -1575,8 +1605,13 @@ static void decide(struct run *r)
 				set_status(rep, r->p[i].res.status); /* NO_KEY, or NO_PASSWORD */
 				break;
 			}
+	/* The failure policy answers only for failures of the mail as
+	 * received: a soft one (what a plaintext holds) is never told. */
+	bool hard = r->over_limit;
+	for (unsigned i = 0; i < r->n; i++)
+		hard |= r->p[i].st == PS_FAILED && !r->p[i].soft;
 	enum pd_mail_action act = PD_MAIL_PASS;
-	if (rep->n_failed)
+	if (hard)
 		act = r->m->pol.on_failure;
 	else if (rep->outcome == PD_MAIL_NO_KEY)
 		act = r->m->pol.on_no_key;
