@@ -977,20 +977,28 @@ static int parse_entity(struct piece *p, GMimeObject **ret)
 	return 0;
 }
 
+/* A part of type/subtype with Content-Disposition: attachment, its
+ * content the octets of s, written as they are (s is taken). */
+static GMimePart *stream_attachment(GMimeStream *s, const char *type, const char *subtype)
+{
+	GMimePart *np = g_mime_part_new_with_type(type, subtype);
+	GMimeDataWrapper *w = g_mime_data_wrapper_new_with_stream(s, GMIME_CONTENT_ENCODING_DEFAULT);
+	g_object_unref(s);
+	g_mime_part_set_content(np, w);
+	g_object_unref(w);
+	g_mime_object_set_disposition(GMIME_OBJECT(np), "attachment");
+	return np;
+}
+
 static GMimeObject *attachment_part(struct piece *p)
 {
 	GMimePart *old = GMIME_PART(p->obj);
 	GMimeStream *s = spool_stream(p);
 	if (!s)
 		return NULL;
-	GMimePart *np = g_mime_part_new_with_type("application", "octet-stream");
-	GMimeDataWrapper *w = g_mime_data_wrapper_new_with_stream(s, GMIME_CONTENT_ENCODING_DEFAULT);
-	g_object_unref(s);
-	g_mime_part_set_content(np, w);
-	g_object_unref(w);
 	/* Always an attachment, whatever the sender wrote: a reader must not
 	 * show it inline, next to the sender's text (see walk()). */
-	g_mime_object_set_disposition(GMIME_OBJECT(np), "attachment");
+	GMimePart *np = stream_attachment(s, "application", "octet-stream");
 	const char *fn = g_mime_part_get_filename(old);
 	if (fn) {
 		char *name = g_strdup(fn);
@@ -1628,12 +1636,7 @@ static int attach_original(GMimeMessage *msg, GMimeStream *spool)
 	GMimeStream *s = len < 0 ? NULL : g_mime_stream_substream(spool, 0, len);
 	if (!s)
 		return -EIO;
-	GMimePart *orig = g_mime_part_new_with_type("message", "rfc822");
-	GMimeDataWrapper *w = g_mime_data_wrapper_new_with_stream(s, GMIME_CONTENT_ENCODING_DEFAULT);
-	g_object_unref(s);
-	g_mime_part_set_content(orig, w);
-	g_object_unref(w);
-	g_mime_object_set_disposition(GMIME_OBJECT(orig), "attachment");
+	GMimePart *orig = stream_attachment(s, "message", "rfc822");
 	GMimeMultipart *mixed = g_mime_multipart_new_with_subtype("mixed");
 	g_mime_multipart_add(mixed, g_mime_message_get_mime_part(msg));
 	g_mime_multipart_add(mixed, GMIME_OBJECT(orig));
