@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -542,6 +543,30 @@ static int apply_output(SMFICTX *ctx, struct conn *c, struct msg *m, int out_fd,
 	return r;
 }
 
+/* The mail as received, but for our result fields: forged ones deleted
+ * (from the last occurrence of a name down, so that indexes hold), and one
+ * X-Pgpdecd-Status added. */
+static int keep_as_received(struct edit_ctx *e, const struct msg *m, const struct pd_mail_report *rep)
+{
+	static const char prefix[] = "X-Pgpdecd-";
+	int r = 0;
+	for (size_t i = m->hdrs.n; i-- > 0 && !r;) {
+		const char *name = m->hdrs.v[i].name;
+		if (strncasecmp(name, prefix, sizeof(prefix) - 1) != 0)
+			continue;
+		unsigned idx = 0; /* its occurrence among fields of its name, from 1 */
+		for (size_t j = 0; j <= i; j++)
+			idx += strcasecmp(m->hdrs.v[j].name, name) == 0;
+		r = apply_edit(e, PD_HDR_DELETE, name, idx, NULL);
+	}
+	char v[256]; /* with its leading space: see apply_edit() */
+	snprintf(v, sizeof(v), " failed; pieces=%u; decrypted=0; no-key=%u; failed=%u; status=LIMIT",
+	         rep->n_pieces, rep->n_no_key, rep->n_failed ? rep->n_failed : 1);
+	if (!r)
+		r = apply_edit(e, PD_HDR_ADD, "X-Pgpdecd-Status", 0, v);
+	return r;
+}
+
 static const char *verdict_name(enum pd_mail_verdict v)
 {
 	switch (v) {
@@ -614,14 +639,23 @@ static sfsistat on_eom(SMFICTX *ctx)
 			r = -EIO;
 		if (r == -E2BIG) {
 			/* The written header section is over the milter's bounds
-			 * (PD_HDR_MAX_*): a property of the mail, found before any
-			 * edit was made, so a permanent failure, not a retry. */
-			close(out_fd);
-			logf_("%s: rejected: header section over the limits (outcome=%s)", qid,
+			 * (PD_HDR_MAX_*), found before any edit was made.  The mail
+			 * as received was within them (on_header): what pushed it
+			 * over is what was decrypted (a protected Subject, an
+			 * entity's Content-Type, the status), and a sender padding
+			 * the header section around someone's ciphertext would learn
+			 * about its plaintext from a reject.  The mail goes on as it
+			 * came, not decrypted, the status saying LIMIT. */
+			logf_("%s: written header section over the limits: kept as received (outcome=%s)", qid,
 			      pd_mail_outcome_name(rep.outcome));
-			reply(ctx, "550", "5.7.1", "not decrypted: LIMIT");
-			msg_reset(ctx);
-			return SMFIS_REJECT;
+			rep.outcome = PD_MAIL_FAILED;
+			rep.n_decrypted = 0;
+			snprintf(rep.status_name, sizeof(rep.status_name), "LIMIT");
+			e = (struct edit_ctx){ .ctx = ctx, .leadspc = c->leadspc };
+			body = false;
+			r = keep_as_received(&e, m, &rep);
+			if (r == 0 && rep.verdict == PD_MAIL_HOLD && smfi_quarantine(ctx, reason) != MI_SUCCESS)
+				r = -EIO;
 		}
 		if (r < 0) {
 			close(out_fd);
