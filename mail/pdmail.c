@@ -1119,6 +1119,14 @@ static int settle_round(struct run *r, unsigned from, GArray *next)
 		 * limit_reached()). */
 		p->st = p->done ? classify(&p->res) : PS_UNAVAILABLE;
 		p->soft = r->round > 0;
+		if (p->soft && p->st == PS_UNAVAILABLE) {
+			/* Found in a plaintext: a timeout or an overload there may
+			 * follow from what it holds (its size, its compression), so it
+			 * is no reason to defer the mail either: reported, left. */
+			p->st = PS_FAILED;
+			if (!p->res.status || p->res.status / 10 != 3)
+				p->res.status = PDC_ST_OVERLOADED;
+		}
 		if (p->over_budget ||
 		    (p->st == PS_OK && p->kind == PK_PGPMIME && !shape_fits(&p->lines.n, &r->m->pol))) {
 			p->st = PS_FAILED;
