@@ -11,6 +11,7 @@ part limit is not parsed by the milter either.
 Run: PD_BUILD_DIR=build /usr/bin/python3 -m pytest -q tests/integration/test_mail_review.py
 """
 import base64
+import contextlib
 import email
 import email.policy
 import os
@@ -142,21 +143,36 @@ def test_milter_huge_protected_subject_is_not_a_tempfail(tmp_path_factory):
             pass
 
 
-def test_milter_over_the_part_limit_is_not_parsed(tmp_path_factory):
+@contextlib.contextmanager
+def milter_postfix(tmp_path_factory, name, **conf):
+    """(env of test_milter, its own milter with conf, a real Postfix using
+    it), started; all stopped at the end."""
     import test_milter
     from postfix_harness import Postfix, require_postfix
     require_postfix()
     gen = test_milter.env.__wrapped__(tmp_path_factory)
     e = next(gen)
-    mp = test_milter.milter(e["dir"], "milter-pass", e["daemon"].sock,
-                            **{"on-failure": "pass", "max-message-size": "16M"})
+    mp = test_milter.milter(e["dir"], f"milter-{name}", e["daemon"].sock, **conf)
     mp.start()
-    p = Postfix(artifacts=e["artifacts"] / "review-parts",
+    p = Postfix(artifacts=e["artifacts"] / name,
                 main={"milter_default_action": "tempfail", "milter_protocol": "6",
                       "message_size_limit": "30000000"})
     p.smtpd.options["smtpd_milters"] = mp.spec
     try:
         p.start()
+        yield e, mp, p
+    finally:
+        p.stop()
+        mp.stop()
+        try:
+            next(gen)
+        except StopIteration:
+            pass
+
+
+def test_milter_over_the_part_limit_is_not_parsed(tmp_path_factory):
+    with milter_postfix(tmp_path_factory, "review-parts",
+                        **{"on-failure": "pass", "max-message-size": "16M"}) as (e, mp, p):
         mail = (b"From: alice@test.example\nTo: bob@test.example\nSubject: parts\nMIME-Version: 1.0\n"
                 b"Content-Type: multipart/mixed; boundary=\"b\"\n\n" + b"--b\n\nx\n" * 1_000_000
                 + b"--b--\n")
@@ -166,13 +182,6 @@ def test_milter_over_the_part_limit_is_not_parsed(tmp_path_factory):
         print(r.code, hwm, mp.text()[-300:])
         assert r.code == 250, r
         assert kib < 256 * 1024, hwm
-    finally:
-        p.stop()
-        mp.stop()
-        try:
-            next(gen)
-        except StopIteration:
-            pass
 
 
 # Second review: what GMime builds is counted whatever the octets of a field

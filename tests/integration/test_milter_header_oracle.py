@@ -4,27 +4,14 @@ plaintext: a sender padding the header section to just under 4 MiB around a
 wrapped captured ciphertext (the budget case of test_mail_review) got 250 for
 a short plaintext and 550 LIMIT for a longer one; now 250 both, the mail kept
 as received with status LIMIT."""
-import pytest
-from test_mail_review import pgp_mime, _captured
+from test_mail_review import _captured, milter_postfix, pgp_mime
 from test_mime import pytestmark  # noqa: F401
 
 
 def test_milter_header_bound_is_no_length_oracle(tmp_path_factory):
-    import test_milter
-    from postfix_harness import Postfix, require_postfix
-    require_postfix()
-    gen = test_milter.env.__wrapped__(tmp_path_factory)
-    e = next(gen)
-    env = {"encrypt": e["encrypt"]}
-    mp = test_milter.milter(e["dir"], "milter-oracle", e["daemon"].sock,
-                            **{"max-message-size": "16M", "max-plaintext-size": "1M"})
-    mp.start()
-    p = Postfix(artifacts=e["artifacts"] / "oracle",
-                main={"milter_default_action": "tempfail", "milter_protocol": "6",
-                      "message_size_limit": "30000000"})
-    p.smtpd.options["smtpd_milters"] = mp.spec
-    try:
-        p.start()
+    with milter_postfix(tmp_path_factory, "oracle",
+                        **{"max-message-size": "16M", "max-plaintext-size": "1M"}) as (e, mp, p):
+        env = {"encrypt": e["encrypt"]}
         mails = {}
         for secret in (b"s" * 100, b"s" * 200):
             captured = _captured(env, secret)
@@ -54,10 +41,3 @@ def test_milter_header_bound_is_no_length_oracle(tmp_path_factory):
         a, b = send(b"s" * 100, lo), send(b"s" * 200, lo)
         print("threshold", lo, "C of 100 octets:", a, "C of 200 octets:", b, mp.text()[-600:])
         assert a == b == 250, (a, b)
-    finally:
-        p.stop()
-        mp.stop()
-        try:
-            next(gen)
-        except StopIteration:
-            pass
