@@ -115,6 +115,10 @@ static void usage_text(FILE *f)
 "                           One FILE only\n"
 "      --status-fd N        write gpg's status lines for each message to file\n"
 "                           descriptor N (as gpg --status-fd does for -d)\n"
+"      --bind ADDR          use only the daemon's keys whose User IDs carry\n"
+"                           the address ADDR (local@domain), or one in the\n"
+"                           domain (@domain); repeated, up to 16: keys bound\n"
+"                           to every one.  With --mime, for every piece\n"
 "  -v, --verbose            print a line per message on standard error: status,\n"
 "                           integrity, key, algorithms, sizes, literal name\n"
 "\n"
@@ -569,6 +573,8 @@ struct opts {
 	const char *password_file;
 	const char *sk_in_file, *sk_out_file; /* --with-session-key, --session-key-out */
 	int status_fd;              /* --status-fd: gpg's status lines (gpgfmt.h), -1: none */
+	const char *bind[PDC_MAX_BIND]; /* --bind: only keys bound to every one */
+	size_t n_bind;
 	long concurrency, requests, pipeline, threads;
 	bool no_digest;           /* bench: lengths compared, no SHA-256 */
 	bool json, bench_opts;
@@ -690,6 +696,7 @@ static int cmd_decrypt(const struct opts *o, int nfiles, char **files)
 			.in_fd = j->in_fd,
 			.on_data = job_data, .on_done = job_done, .arg = j,
 			.on_retry = job_retry,
+			.bind = o->bind, .n_bind = o->n_bind,
 		};
 		int r = pdc_submit_decrypt(c, &d);
 		if (r < 0) {
@@ -1326,7 +1333,7 @@ static long num(const char *opt, const char *s, long min, long max)
 enum {
 	O_TLS_CA = 256, O_TLS_CERT, O_TLS_KEY, O_TLS_NAME, O_TLS_PIN, O_NO_TLS, O_VERIFIED, O_PWFILE,
 	O_CONC, O_REQS, O_PIPE, O_THREADS, O_JSON, O_NO_DIGEST,
-	O_MIME, O_ON_FAILURE, O_ON_NO_KEY, O_HP, O_KEEP_ORIG, O_SPOOL, O_MAX_PLAIN, O_NO_RETRY, O_SK_IN, O_SK_OUT, O_STATUS_FD,
+	O_MIME, O_ON_FAILURE, O_ON_NO_KEY, O_HP, O_KEEP_ORIG, O_SPOOL, O_MAX_PLAIN, O_NO_RETRY, O_SK_IN, O_SK_OUT, O_STATUS_FD, O_BIND,
 };
 
 /* --mime: one whole mail through the MIME decryptor (mail/pdmail.c). */
@@ -1365,7 +1372,7 @@ static int cmd_mime(const struct opts *o, int nfiles, char **files)
 	}
 	pd_mail_global_init();
 	struct pd_mail *m;
-	if (pd_mail_new(&m, &o->cfg, &o->policy) < 0)
+	if (pd_mail_new(&m, &o->cfg, &o->policy) < 0 || pd_mail_set_bind(m, o->bind, o->n_bind) < 0)
 		die(EX_OSERR, "out of memory");
 	struct pd_mail_report rep;
 	int err = pd_mail_process(m, j->in_fd, j->out_fd, &rep);
@@ -1444,6 +1451,7 @@ int main(int argc, char **argv)
 		{ "with-session-key", required_argument, NULL, O_SK_IN },
 		{ "session-key-out", required_argument, NULL, O_SK_OUT },
 		{ "status-fd", required_argument, NULL, O_STATUS_FD },
+		{ "bind", required_argument, NULL, O_BIND },
 		{ 0 },
 	};
 	struct opts o = { .concurrency = 1, .requests = 100, .pipeline = 1, .threads = 1, .status_fd = -1 };
@@ -1486,6 +1494,13 @@ int main(int argc, char **argv)
 		case O_SK_IN: o.sk_in_file = optarg; break;
 		case O_SK_OUT: o.sk_out_file = optarg; break;
 		case O_STATUS_FD: o.status_fd = (int)num("--status-fd", optarg, 0, 1 << 20); break;
+		case O_BIND:
+			if (o.n_bind == PDC_MAX_BIND)
+				die(EX_USAGE, "at most %d --bind options", PDC_MAX_BIND);
+			if (!pdc_bind_value_ok(optarg))
+				die(EX_USAGE, "--bind: expected local@domain or @domain, got %s", optarg);
+			o.bind[o.n_bind++] = optarg;
+			break;
 		case O_CONC: o.concurrency = num("--concurrency", optarg, 1, 100000); o.bench_opts = true; break;
 		case O_REQS: o.requests = num("--requests", optarg, 1, 100000000); o.bench_opts = true; break;
 		case O_PIPE: o.pipeline = num("--pipeline", optarg, 1, 100000); o.bench_opts = true; break;
@@ -1581,14 +1596,15 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "ping") == 0 || strcmp(cmd, "stats") == 0 || strcmp(cmd, "keys") == 0) {
 		if (nargs != 1)
 			die(EX_USAGE, "%s takes no arguments", cmd);
-		if (o.output || o.verified_only || o.password_file || o.sk_in_file || o.sk_out_file || o.status_fd >= 0)
-			die(EX_USAGE, "-o, --verified-only, --password-file and the session key options are for decryption");
+		if (o.output || o.verified_only || o.password_file || o.sk_in_file || o.sk_out_file || o.status_fd >= 0 ||
+		    o.n_bind)
+			die(EX_USAGE, "-o, --verified-only, --password-file, --bind and the session key options are for decryption");
 		code = cmd[0] == 'p' ? cmd_ping(&o) : cmd[0] == 's' ? cmd_stats(&o) : cmd_keys(&o);
 	} else if (is_bench) {
 		if (o.output)
 			die(EX_USAGE, "bench discards the plaintext: -o makes no sense");
-		if (o.sk_in_file || o.sk_out_file || o.status_fd >= 0)
-			die(EX_USAGE, "bench takes neither the session key options nor --status-fd");
+		if (o.sk_in_file || o.sk_out_file || o.status_fd >= 0 || o.n_bind)
+			die(EX_USAGE, "bench takes neither the session key options, --bind nor --status-fd");
 		code = cmd_bench(&o, nargs - 1, args + 1);
 	} else {
 		code = cmd_decrypt(&o, nargs, args);

@@ -50,6 +50,7 @@ struct req {
 	struct pdc_decrypt d;
 	char *password;             /* our copy, wiped on free */
 	uint8_t *skey;              /* our copy of d.session_key, wiped on free */
+	char *bind;                 /* our copy of d.bind's values, a NUL after each */
 	size_t in_off;
 	int (*on_key)(void *, const struct pdc_key *);
 	struct pdc_result res;
@@ -646,6 +647,7 @@ static void req_free(struct req *r)
 		explicit_bzero(r->skey, r->d.session_key_len);
 		free(r->skey);
 	}
+	free(r->bind);
 	explicit_bzero(&r->res.info, sizeof(r->res.info));
 	explicit_bzero(r->res.session_key, sizeof(r->res.session_key));
 	free(r);
@@ -884,10 +886,20 @@ static int submit(struct pdc_conn *c, struct req *r)
 	return 0;
 }
 
+bool pdc_bind_value_ok(const char *v) { return v && pd_bind_value_ok(v, strlen(v)); }
+
 int pdc_submit_decrypt(struct pdc_conn *c, const struct pdc_decrypt *d)
 {
 	int srcs = (d->in_fd >= 0) + (d->in_buf != NULL || (d->in_len == 0 && d->in_fd < 0 && !d->in_read)) +
 	           (d->in_read != NULL);
+	size_t bind_len = 0;
+	if (d->n_bind > PDC_MAX_BIND || (d->n_bind && !d->bind))
+		return -EINVAL;
+	for (size_t i = 0; i < d->n_bind; i++) {
+		if (!pdc_bind_value_ok(d->bind[i]))
+			return -EINVAL;
+		bind_len += strlen(d->bind[i]) + 1;
+	}
 	if (srcs != 1 || d->password_len > PD_PASSWORD_MAX ||
 	    (d->flags & ~(PDC_VERIFIED_ONLY | PDC_WANT_METADATA | PDC_WANT_SESSION_KEY)) ||
 	    (d->session_key && (!d->session_key_len || d->session_key_len > PDC_SESSION_KEY_MAX)))
@@ -916,6 +928,19 @@ int pdc_submit_decrypt(struct pdc_conn *c, const struct pdc_decrypt *d)
 		memcpy(r->skey, d->session_key, d->session_key_len);
 		r->d.session_key = r->skey;
 	}
+	if (d->n_bind) {
+		if (!(r->bind = malloc(bind_len))) {
+			req_free(r);
+			return -ENOMEM;
+		}
+		size_t o = 0;
+		for (size_t i = 0; i < d->n_bind; i++) {
+			size_t n = strlen(d->bind[i]);
+			memcpy(r->bind + o, d->bind[i], n + 1);
+			o += n + 1;
+		}
+	}
+	r->d.bind = NULL; /* the caller's: r->bind holds them */
 	return submit(c, r);
 }
 
@@ -1056,6 +1081,12 @@ static void fill_out(struct pdc_conn *c)
 					dr.has_size_hint = true;
 					dr.size_hint = r->d.in_len;
 				}
+				const char *b = r->bind;
+				for (size_t i = 0; i < r->d.n_bind; i++, b += strlen(b) + 1) {
+					dr.bind[i] = (const uint8_t *)b;
+					dr.bind_len[i] = (uint8_t)strlen(b);
+				}
+				dr.n_bind = (uint8_t)r->d.n_bind;
 				n = pd_frame_encode_decrypt(o, room, r->id, &dr);
 				c->out_secret |= dr.password_len > 0 || dr.session_key_len > 0;
 				r->st = S_SENDING;

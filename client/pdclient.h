@@ -67,6 +67,8 @@ extern "C" {
 #define PDC_SK_REFUSED_POLICY 1      /* the server does not export session keys to this client */
 #define PDC_SK_REFUSED_UNPROTECTED 2 /* the message had no integrity protection (SED) */
 #define PDC_SESSION_KEY_MAX 32
+#define PDC_MAX_BIND 16       /* BIND values of one request */
+#define PDC_ADDRESS_MAX 254   /* octets of one */
 
 struct pdc_conn;
 
@@ -174,6 +176,11 @@ struct pdc_decrypt { /* public, by value: one decryption request */
 	const uint8_t *session_key;
 	size_t session_key_len;
 	uint8_t session_key_algo;
+	/* Decrypt only with the server's keys bound to every one of these
+	 * (BIND, copied at submit): n_bind (at most PDC_MAX_BIND) values
+	 * "local@domain" or "@domain" (PROTOCOL.md 5.1); NULL and 0: any key. */
+	const char *const *bind;
+	size_t n_bind;
 	/* Ciphertext source, exactly one of: */
 	int in_fd;                  /* >= 0: read to EOF (not closed) */
 	const uint8_t *in_buf;      /* with in_len; must stay valid until on_done */
@@ -194,6 +201,11 @@ struct pdc_decrypt { /* public, by value: one decryption request */
 	void (*on_done)(void *arg, const struct pdc_result *r);
 	void *arg;
 };
+
+/** Whether v is a value a request can be bound to (struct pdc_decrypt's
+ * bind): "local@domain" or "@domain", exactly one '@', a non-empty domain,
+ * no space, control octet, '<' or '>', at most PDC_ADDRESS_MAX octets. */
+PDC_API bool pdc_bind_value_ok(const char *v);
 
 /** Connect, handshake (TLS, then HELLO).  On failure *ret_err (may be NULL) says why. */
 PDC_API int pdc_connect(struct pdc_conn **ret, const struct pdc_config *cfg, struct pdc_result *ret_err);

@@ -57,6 +57,8 @@ struct pd_request {
 	size_t skey_len;
 	uint8_t skey_algo;
 	bool skey_given;        /* ... so no private-key operation (the log line says so) */
+	char *bind;             /* BIND values, a NUL after each (pd_msg_bind), until the first job is back */
+	uint8_t n_bind;
 	bool want_sk;           /* WANT_SESSION_KEY */
 	bool may_export;        /* ... and the peer may have it (peer.c) */
 	uint8_t sk_outcome;     /* 0 not asked, 1 exported, 2 refused (policy), 3 none (failed or SED) */
@@ -249,6 +251,8 @@ static void drop_password(struct pd_request *r)
 		r->skey = NULL;
 		r->skey_len = 0;
 	}
+	free(r->bind);
+	r->bind = NULL;
 	pending_release(r);
 }
 
@@ -462,6 +466,9 @@ static int start_msg(struct pd_request *r)
 		err = pd_msg_set_password(r->m, r->password, r->password_len);
 	if (err == 0 && r->skey)
 		err = pd_msg_set_session_key(r->m, r->skey_algo, r->skey, r->skey_len);
+	const char *b = r->bind;
+	for (size_t i = 0; err == 0 && i < r->n_bind; i++, b += strlen(b) + 1)
+		err = pd_msg_bind(r->m, b, strlen(b)); /* checked in pd_request_new_decrypt */
 	if (err < 0) {
 		r->m = pd_msg_free(r->m, NULL);
 		return err;
@@ -871,6 +878,28 @@ int pd_request_new_decrypt(struct pd_request **ret, const struct pd_request_owne
 		snprintf(why, sizeof(why), "message larger than max-message-size (%llu bytes)", (unsigned long long)r->max_in);
 		pd_request_abort(r, PD_ST_LIMIT, why);
 		return 0;
+	}
+	if (dr->n_bind) {
+		/* Said before any ciphertext is read: it depends on the request alone. */
+		size_t len = 0;
+		for (size_t i = 0; i < dr->n_bind; i++) {
+			if (pd_bind_check((const char *)dr->bind[i], dr->bind_len[i]) < 0) {
+				pd_request_abort(r, PD_ST_BAD_REQUEST, "BIND: not an address (local@domain) or a domain (@domain)");
+				return 0;
+			}
+			len += dr->bind_len[i] + 1u;
+		}
+		if (!(r->bind = malloc(len))) {
+			pd_request_abort(r, PD_ST_OVERLOADED, "out of memory; retry later");
+			return 0;
+		}
+		len = 0;
+		for (size_t i = 0; i < dr->n_bind; i++) {
+			memcpy(r->bind + len, dr->bind[i], dr->bind_len[i]);
+			len += dr->bind_len[i];
+			r->bind[len++] = 0;
+		}
+		r->n_bind = dr->n_bind;
 	}
 	pd_limits_default(&r->lim);
 	r->lim.max_input = c->max_message_size;

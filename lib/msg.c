@@ -130,6 +130,8 @@ struct pd_msg {
 	bool have_key;
 	char *password;        /* secure memory */
 	size_t password_len;
+	char *bind;            /* pd_msg_bind(): n_bind normalised values, a NUL after each */
+	size_t bind_len, n_bind;
 	struct pd_cfb *cfb;
 	struct pd_aead *aead;
 	bool metadata_pending;
@@ -1118,6 +1120,7 @@ struct pd_msg *pd_msg_free(struct pd_msg *m, struct pd_worker *w)
 		pd_wipe(m->password, m->password_len);
 		gcry_free(m->password);
 	}
+	free(m->bind);
 	m->draining = false;
 	mem_give(m, m->mem); /* the base buffers, the chunk buffer, what a drain kept */
 	free(m);
@@ -1178,6 +1181,30 @@ int pd_msg_set_password(struct pd_msg *m, const char *pw, size_t len)
 	memcpy(m->password, pw, len);
 	m->password[len] = 0;
 	m->password_len = len;
+	return 0;
+}
+
+int pd_bind_check(const char *val, size_t len)
+{
+	char a[PD_ADDRESS_MAX + 1];
+	return val && pd_address_norm(val, len, true, a) ? 0 : -EINVAL;
+}
+
+int pd_msg_bind(struct pd_msg *m, const char *val, size_t len)
+{
+	char a[PD_ADDRESS_MAX + 1];
+	size_t n = val ? pd_address_norm(val, len, true, a) : 0;
+	if (!n)
+		return -EINVAL;
+	if (m->err || m->have_key)
+		return PD_EUSAGE;
+	if (m->n_bind == PD_MAX_BIND)
+		return -E2BIG;
+	if (!m->bind && !(m->bind = malloc(PD_MAX_BIND * (PD_ADDRESS_MAX + 1))))
+		return -ENOMEM;
+	memcpy(m->bind + m->bind_len, a, n + 1);
+	m->bind_len += n + 1;
+	m->n_bind++;
 	return 0;
 }
 
@@ -1384,6 +1411,7 @@ int pd_msg_recover_key(struct pd_msg *m, const struct pd_keyring *kr, struct pd_
 		.esks = m->esks, .n_esk = m->n_esk,
 		.container = m->info.container, .container_version = m->info.container_version,
 		.hdr_sym_algo = m->info.sym_algo, .lim = &m->lim, .cancel = m->cancel, .budget = m->budget,
+		.bind = m->bind, .n_bind = m->n_bind,
 	};
 	struct pd_trial_result res = { 0 };
 	int r = pd_trials_pkesk(&t, kr, w, m->sk, &res);

@@ -278,6 +278,12 @@ struct pd_keyinfo { /* public, by value */
 };
 /** Describe the i-th decryption key. */
 PD_API int pd_keyring_info(const struct pd_keyring *kr, size_t i, struct pd_keyinfo *ret);
+/** The addresses the i-th key is bound to (pd_msg_bind): those of its
+ * certificate's User IDs ("Name <local@domain>" or a bare local@domain,
+ * lowercased, at most 32 a certificate), each followed by a NUL, in
+ * *ret; returns their total length (0: none, or i out of range).  Valid
+ * as long as the ring. */
+PD_API size_t pd_keyring_addresses(const struct pd_keyring *kr, size_t i, const char **ret);
 
 /* --------------------------------------------------------------------- */
 /* Per-thread crypto context: pre-opened cipher/hash handles reused across
@@ -417,6 +423,27 @@ PD_API int pd_msg_recover_key(struct pd_msg *m, const struct pd_keyring *kr, str
  * recipients decrypts when one is ours.  Without it every packet past
  * max_esk is skipped. */
 PD_API void pd_msg_set_keyring(struct pd_msg *m, const struct pd_keyring *kr);
+/* Binding: a mail gateway decrypts a message for its recipients only with
+ * a key that belongs to them, so that whoever can mail an address behind
+ * it cannot have someone else's ciphertext opened into their own mailbox.
+ * A key is bound to an address when one of its certificate's User IDs
+ * carries it (pd_keyring_addresses), to a domain when one of them is in
+ * that domain.  The User IDs are the operator's key files, never
+ * verified, like the rest of them. */
+#define PD_ADDRESS_MAX 254 /* octets of an address (RFC 5321's path limit less the brackets) */
+#define PD_MAX_BIND 16     /* values a message is bound to */
+/** Try only the keys bound to val: local@domain (that address) or
+ * @domain (an address in that domain), compared after ASCII lowercasing.
+ * Called again, a key must be bound to every value given (several
+ * recipients share one plaintext).  Passwords and session keys are not
+ * affected.  Before the message asks for a key.  0, -EINVAL (not such a
+ * value: pd_bind_check), -E2BIG (more than PD_MAX_BIND), PD_EUSAGE (too
+ * late), -ENOMEM.  A message whose keys are all unbound fails exactly as
+ * if the ring did not hold them (PD_ENOKEY, or INTEGRITY for anonymous
+ * recipients). */
+PD_API int pd_msg_bind(struct pd_msg *m, const char *val, size_t len);
+/** Whether pd_msg_bind() would take val: 0 or -EINVAL. */
+PD_API int pd_bind_check(const char *val, size_t len);
 /** Supply a password for SKESK packets (before pd_msg_recover_key()). */
 PD_API int pd_msg_set_password(struct pd_msg *m, const char *pw, size_t len);
 

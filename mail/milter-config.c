@@ -16,7 +16,7 @@
 #include "milter-config.h"
 #include "units.h"
 
-enum opt_type { T_STR, T_UINT, T_SIZE, T_MS, T_BOOL, T_MODE, T_ACTION, T_HP };
+enum opt_type { T_STR, T_UINT, T_SIZE, T_MS, T_BOOL, T_MODE, T_ACTION, T_HP, T_BIND };
 
 struct opt {
 	const char *name;
@@ -48,6 +48,7 @@ static const struct opt opts[] = {
 	{ "max-depth", T_UINT, O(policy.max_depth) },
 	{ "max-parts", T_UINT, O(policy.max_parts) },
 	{ "max-plaintext-size", T_SIZE, O(policy.max_plaintext) },
+	{ "recipient-binding", T_BIND, O(binding) },
 };
 #undef O
 #define N_OPTS (sizeof(opts) / sizeof(opts[0]))
@@ -131,6 +132,16 @@ static int set_opt(struct pd_milter_config *c, const struct opt *o, const char *
 		if (pd_mail_hp_parse(val, &h) < 0)
 			return fail(err, errlen, "%s%s wants none, subject or all, not '%s'", where, o->name, val);
 		*(enum pd_mail_hp *)p = h;
+		break;
+	}
+	case T_BIND: {
+		static const char *const names[] = { "none", "address", "domain" };
+		size_t i = 0;
+		while (i < 3 && strcasecmp(val, names[i]))
+			i++;
+		if (i == 3)
+			return fail(err, errlen, "%s%s wants none, address or domain, not '%s'", where, o->name, val);
+		*(enum pd_milter_binding *)p = (enum pd_milter_binding)i;
 		break;
 	}
 	}

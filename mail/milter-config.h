@@ -20,6 +20,11 @@
 #define PD_MILTER_DEFAULT_CONFIG "/etc/pgpdecd/milter.conf"
 #define PD_MILTER_DEFAULT_LISTEN "unix:/run/pgpdecd-milter/milter.sock"
 
+/* Which keys may open a mail's pieces (recipient-binding): any key the
+ * daemon holds, or only keys bound to every envelope recipient (its
+ * address, or its domain) by their User IDs (pd_mail_set_bind). */
+enum pd_milter_binding { PD_BIND_NONE, PD_BIND_ADDRESS, PD_BIND_DOMAIN };
+
 struct pd_milter_config {
 	char *config_file;          /* the file read (NULL when none was given and the default is absent) */
 	char *listen;               /* libmilter address: unix:PATH, local:PATH, inet:PORT@HOST, inet6:PORT@HOST */
@@ -36,6 +41,7 @@ struct pd_milter_config {
 	unsigned concurrency;       /* decryptors (daemon connections) shared by all SMTP sessions (default 8) */
 	char *spool_dir;            /* temporary files (NULL: $TMPDIR or /tmp) */
 	uint64_t max_message_size;  /* spooled octets per mail, beyond: 552 5.3.4 (default 64M) */
+	enum pd_milter_binding binding; /* recipient-binding (default none) */
 	struct pd_mail_policy policy; /* on-no-key, on-failure, protected-headers, keep-original, max-depth, max-parts */
 	/* command line */
 	bool foreground;

@@ -200,6 +200,11 @@ struct msg {
 struct conn {
 	bool leadspc;              /* SMFIP_HDR_LEADSPC: values carry their leading space, both ways */
 	struct msg *msg;
+	/* recipient-binding: the transaction's recipients (their addresses or
+	 * @domains, lowercased, each once), at most one more than a request
+	 * carries (that one makes the binding one no key meets). */
+	char bind[PDC_MAX_BIND + 1][PDC_ADDRESS_MAX + 2];
+	size_t n_bind;
 };
 
 static struct msg *msg_free(struct msg *m)
@@ -317,9 +322,12 @@ static sfsistat on_negotiate(SMFICTX *ctx, unsigned long f0, unsigned long f1, u
 		return SMFIS_REJECT;
 	}
 	*pf0 = f0 & (ACTIONS_NEEDED | SMFIF_QUARANTINE | SMFIF_SETSYMLIST);
-	/* Only the message: no connect, HELO, RCPT, unknown or DATA events. */
+	/* Only the message (and the recipients when they bind the keys): no
+	 * connect, HELO, unknown or DATA events. */
 	*pf1 = f1 & (SMFIP_NOCONNECT | SMFIP_NOHELO | SMFIP_NORCPT | SMFIP_NOUNKNOWN | SMFIP_NODATA |
 	             SMFIP_HDR_LEADSPC);
+	if (cfg->binding != PD_BIND_NONE)
+		*pf1 &= ~(unsigned long)SMFIP_NORCPT;
 	c->leadspc = (*pf1 & SMFIP_HDR_LEADSPC) != 0;
 	*pf2 = *pf3 = 0;
 	if (*pf0 & SMFIF_SETSYMLIST)
@@ -331,8 +339,62 @@ static sfsistat on_negotiate(SMFICTX *ctx, unsigned long f0, unsigned long f1, u
 static sfsistat on_envfrom(SMFICTX *ctx, char **argv)
 {
 	(void)argv;
+	struct conn *c = conn_get(ctx);
+	if (c)
+		c->n_bind = 0;
 	msg_reset(ctx);
 	return SMFIS_CONTINUE;
+}
+
+/* RCPT TO (only asked for with recipient-binding): what the mail's keys
+ * must be bound to.  A recipient that gives no value (no address, too
+ * long) is kept as it came, which no key meets: the binding fails closed. */
+static sfsistat on_envrcpt(SMFICTX *ctx, char **argv)
+{
+	struct conn *c = conn_get(ctx);
+	if (!c)
+		return SMFIS_TEMPFAIL;
+	if (cfg->binding == PD_BIND_NONE || c->n_bind > PDC_MAX_BIND)
+		return SMFIS_CONTINUE;
+	const char *a = argv && argv[0] ? argv[0] : "";
+	size_t n = strlen(a);
+	if (n >= 2 && a[0] == '<' && a[n - 1] == '>') {
+		a++;
+		n -= 2;
+	}
+	const char *colon = a[0] == '@' ? memchr(a, ':', n) : NULL; /* <@relay:user@domain> */
+	if (colon) {
+		n -= (size_t)(colon + 1 - a);
+		a = colon + 1;
+	}
+	const char *at = cfg->binding == PD_BIND_DOMAIN ? memrchr(a, '@', n) : NULL;
+	if (at) {
+		n -= (size_t)(at - a);
+		a = at;
+	}
+	char v[PDC_ADDRESS_MAX + 2];
+	snprintf(v, sizeof(v), "%.*s", (int)(n < sizeof(v) - 1 ? n : sizeof(v) - 1), a);
+	for (char *p = v; *p; p++)
+		if (*p >= 'A' && *p <= 'Z')
+			*p = (char)(*p - 'A' + 'a');
+	for (size_t i = 0; i < c->n_bind; i++)
+		if (!strcmp(c->bind[i], v))
+			return SMFIS_CONTINUE;
+	memcpy(c->bind[c->n_bind++], v, sizeof(v));
+	return SMFIS_CONTINUE;
+}
+
+/* The decryptor's binding for this mail (decryptors serve every
+ * connection in turn). */
+static int set_bind(struct pd_mail *dec, const struct conn *c)
+{
+	const char *v[PDC_MAX_BIND + 1];
+	size_t n = cfg->binding == PD_BIND_NONE ? 0 : c->n_bind;
+	for (size_t i = 0; i < n; i++)
+		v[i] = c->bind[i];
+	if (cfg->binding != PD_BIND_NONE && !n)
+		v[n++] = ""; /* no recipient seen: no key is bound */
+	return pd_mail_set_bind(dec, v, n);
 }
 
 static sfsistat on_header(SMFICTX *ctx, char *name, char *value)
@@ -617,10 +679,9 @@ static sfsistat on_eom(SMFICTX *ctx)
 		logf_("%s: deferred: spool %s: %s", qid, spool_dir(), strerror(-out_fd));
 		return tempfail(ctx, "local error: spool");
 	}
-	if (lseek(m->fd, 0, SEEK_SET) < 0)
-		r = -errno;
-	else
-		r = pd_mail_process(dec, m->fd, out_fd, &rep);
+	r = set_bind(dec, c);
+	if (r == 0)
+		r = lseek(m->fd, 0, SEEK_SET) < 0 ? -errno : pd_mail_process(dec, m->fd, out_fd, &rep);
 	pool_put(dec);
 	if (r < 0) {
 		close(out_fd);
@@ -687,6 +748,9 @@ static sfsistat on_eom(SMFICTX *ctx)
 
 static sfsistat on_abort(SMFICTX *ctx)
 {
+	struct conn *c = smfi_getpriv(ctx);
+	if (c)
+		c->n_bind = 0;
 	msg_reset(ctx);
 	return SMFIS_CONTINUE;
 }
@@ -707,6 +771,7 @@ static struct smfiDesc desc = {
 	.xxfi_version = SMFI_VERSION,
 	.xxfi_flags = SMFIF_ADDHDRS | SMFIF_CHGHDRS | SMFIF_CHGBODY | SMFIF_QUARANTINE,
 	.xxfi_envfrom = on_envfrom,
+	.xxfi_envrcpt = on_envrcpt,
 	.xxfi_header = on_header,
 	.xxfi_eoh = on_eoh,
 	.xxfi_body = on_body,

@@ -38,6 +38,10 @@ struct pd_mail {
 	struct pd_mail_policy pol;
 	struct pdc_conn *conn;
 	bool loopback;             /* pd__mail_set_loopback */
+	char *bind;                /* pd_mail_set_bind(): the values, a NUL after each */
+	const char *bind_v[PDC_MAX_BIND];
+	size_t n_bind, n_bind_asked;
+	bool bind_over;            /* ... one no address, or more than PDC_MAX_BIND: no key is bound */
 };
 
 enum piece_kind { PK_PGPMIME, PK_ATTACH, PK_INLINE };
@@ -274,8 +278,34 @@ struct pd_mail *pd_mail_free(struct pd_mail *m)
 	if (!m)
 		return NULL;
 	pdc_close(m->conn);
+	free(m->bind);
 	free(m);
 	return NULL;
+}
+
+int pd_mail_set_bind(struct pd_mail *m, const char *const *vals, size_t n)
+{
+	size_t len = 0;
+	bool none = n > PDC_MAX_BIND;
+	for (size_t i = 0; i < n; i++) {
+		none |= !pdc_bind_value_ok(vals[i]);
+		len += vals[i] ? strlen(vals[i]) + 1 : 0;
+	}
+	char *b = NULL;
+	if (n && !none && !(b = malloc(len)))
+		return -ENOMEM;
+	free(m->bind);
+	m->bind = b;
+	m->n_bind = 0;
+	m->bind_over = none;
+	m->n_bind_asked = n;
+	for (size_t i = 0; b && i < n; i++) {
+		size_t l = strlen(vals[i]) + 1;
+		memcpy(b, vals[i], l);
+		m->bind_v[m->n_bind++] = b;
+		b += l;
+	}
+	return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -733,6 +763,8 @@ static int submit_all(struct run *r, unsigned from)
 			.on_data = piece_data,
 			.on_done = piece_done,
 			.arg = p,
+			.bind = r->m->bind_v,
+			.n_bind = r->m->n_bind,
 		};
 		int err = pdc_submit_decrypt(r->m->conn, &d);
 		if (err)
@@ -786,6 +818,19 @@ static int decrypt_round(struct run *r, unsigned from)
 			res.info.key_fpr_len = sizeof(fpr);
 			memcpy(res.info.key_fpr, fpr, sizeof(fpr));
 			piece_done(p, &res);
+		}
+		return 0;
+	}
+	if (m->bind_over) {
+		/* Bound to a value that is no address, or to more than a request
+		 * carries: no key is bound to them all.  Decided by the envelope
+		 * alone, never by a piece. */
+		for (unsigned i = from; i < r->n; i++) {
+			struct pdc_result res = { .status = PDC_ST_NO_KEY };
+			snprintf(res.errname, sizeof(res.errname), "ENOKEY");
+			snprintf(res.sentence, sizeof(res.sentence), "no key is bound to every recipient of the mail (%zu)",
+			         m->n_bind_asked);
+			piece_done(&r->p[i], &res);
 		}
 		return 0;
 	}

@@ -127,6 +127,19 @@ int pd_mail_new(struct pd_mail **ret, const struct pdc_config *cfg, const struct
 struct pd_mail *pd_mail_free(struct pd_mail *m);
 
 /**
+ * Bind the next mails (until called again) to their recipients: the daemon
+ * opens their pieces only with keys bound to every one of the n values
+ * ("local@domain" or "@domain": BIND, PROTOCOL.md 5.1), so that whoever can
+ * mail an address behind the gateway cannot have a ciphertext meant for
+ * someone else decrypted into their mailbox.  n 0: any key (the default).
+ * A value that is no address (pdc_bind_value_ok), or more than PDC_MAX_BIND
+ * values: no key can be bound to all of them, and every piece is answered
+ * NO_KEY without asking the daemon (what it would say of a key bound to
+ * none).  The values are copied.  0 or -ENOMEM.
+ */
+int pd_mail_set_bind(struct pd_mail *m, const char *const *vals, size_t n);
+
+/**
  * Decrypt one mail.  in_fd: the whole message (headers and body), readable;
  * if it is not seekable it is spooled to a temporary file first.  out_fd:
  * where the resulting message is written, from its current offset (written

@@ -397,12 +397,28 @@ int pd_frame_encode_error(uint8_t *out, size_t cap, uint16_t status, const char 
 	return finish(&w, PD_FT_ERROR, 0);
 }
 
+bool pd_bind_value_ok(const char *v, size_t n)
+{
+	const char *at = n >= 2 && n <= PD_ADDRESS_MAX ? memchr(v, '@', n) : NULL;
+	if (!at || at == v + n - 1 || memchr(at + 1, '@', n - (size_t)(at - v) - 1))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)v[i] <= 0x20 || v[i] == 0x7f || v[i] == '<' || v[i] == '>')
+			return false;
+	return true;
+}
+
 int pd_frame_encode_decrypt(uint8_t *out, size_t cap, uint32_t id, const struct pd_decrypt_req *r)
 {
 	if (r->password_len > PD_PASSWORD_MAX)
 		return -EINVAL;
 	if (r->session_key && (!r->session_key_len || r->session_key_len > PD_SESSION_KEY_MAX))
 		return -EINVAL;
+	if (r->n_bind > PD_MAX_BIND)
+		return -EINVAL;
+	for (size_t i = 0; i < r->n_bind; i++)
+		if (!r->bind_len[i] || r->bind_len[i] > PD_ADDRESS_MAX)
+			return -EINVAL;
 	struct w w = begin(out, cap);
 	put32(&w, r->flags);
 	if (r->password)
@@ -420,6 +436,8 @@ int pd_frame_encode_decrypt(uint8_t *out, size_t cap, uint32_t id, const struct 
 			b[i] = (uint8_t)(r->size_hint >> (56 - 8 * i));
 		tlv(&w, PD_T_SIZE_HINT, b, 8);
 	}
+	for (size_t i = 0; i < r->n_bind; i++)
+		tlv(&w, PD_T_BIND, r->bind[i], r->bind_len[i]);
 	return finish(&w, PD_FT_DECRYPT, id);
 }
 
@@ -643,6 +661,12 @@ int pd_parse_decrypt(const uint8_t *p, size_t len, struct pd_decrypt_req *ret)
 			d.session_key_algo = v[0];
 			d.session_key = v + 1;
 			d.session_key_len = n - 1u;
+			break;
+		case PD_T_BIND:
+			if (!n || n > PD_ADDRESS_MAX || d.n_bind == PD_MAX_BIND)
+				return -EPROTO;
+			d.bind[d.n_bind] = v;
+			d.bind_len[d.n_bind++] = (uint8_t)n;
 			break;
 		default:
 			if (unknown(tag) < 0)

@@ -70,6 +70,7 @@ enum pd_tlv_tag {
 	PD_T_PASSWORD = 0x02,      /* DECRYPT: password for SKESK packets */
 	PD_T_SIZE_HINT = 0x03,     /* DECRYPT: u64 ciphertext size the client will send */
 	PD_T_SESSION_KEY_IN = 0x04,/* DECRYPT: u8 symmetric algo, key octets: decrypt with it */
+	PD_T_BIND = 0x85,          /* DECRYPT (critical): only keys bound to this address or @domain */
 	PD_T_LITERAL_NAME = 0x10,  /* raw octets, 0..255 */
 	PD_T_LITERAL_DATE = 0x11,  /* u32 */
 	PD_T_LITERAL_FORMAT = 0x12,/* u8 */
@@ -177,7 +178,18 @@ struct pd_decrypt_req { /* public, by value */
 	const uint8_t *session_key;   /* NULL or key octets (into the payload when parsed) */
 	size_t session_key_len;       /* 1..PD_SESSION_KEY_MAX */
 	uint8_t session_key_algo;     /* OpenPGP symmetric algorithm id */
+	/* BIND values (into the payload when parsed), 1..PD_ADDRESS_MAX octets
+	 * each; whether each is an address is the server's to check
+	 * (pd_bind_check). */
+	const uint8_t *bind[PD_MAX_BIND];
+	uint8_t bind_len[PD_MAX_BIND];
+	uint8_t n_bind;
 };
+/** Whether v (n octets) is a BIND value: local@domain or @domain, exactly
+ * one '@', a non-empty domain, no space, control octet, '<' or '>', at
+ * most PD_ADDRESS_MAX octets (the rule of libpgpdec's pd_bind_check, for
+ * those that do not link the engine: the client library, the mail filter). */
+bool pd_bind_value_ok(const char *v, size_t n);
 /** DECRYPT request. */
 int pd_frame_encode_decrypt(uint8_t *out, size_t cap, uint32_t id, const struct pd_decrypt_req *r);
 

@@ -28,6 +28,11 @@ struct pd_key {
 	uint8_t primary_fpr[32];
 	uint32_t created;
 	uint16_t bits;            /* RSA/ElGamal modulus bits, curve bits for ECC */
+	/* The addresses of its certificate's User IDs, normalised
+	 * (pd_address_norm), a NUL after each; NULL when it has none.  What
+	 * binds the key to mail recipients (pd_msg_bind). */
+	char *addrs;
+	uint16_t addrs_len;
 
 	/* public material */
 	gcry_mpi_t n, e;          /* RSA */
@@ -62,6 +67,18 @@ struct pd_key {
 	void *ecdh_pkey;          /* EVP_PKEY * (OpenSSL backend; cv25519/X25519/X448 on both), else NULL */
 	void **ecdh_ctx;          /* OpenSSL: slots per-worker contexts (pgp/ecdh.c), lazily */
 };
+
+/** An address as keys and pd_msg_bind() compare it: in (n octets) is
+ * local@domain, or @domain when domain_ok; exactly one '@', a non-empty
+ * domain, no space, control octet, '<' or '>', at most PD_ADDRESS_MAX
+ * octets.  Writes it lowercased (ASCII) and NUL-terminated to out (room
+ * for PD_ADDRESS_MAX + 1) and returns its length; 0 when it is not one. */
+PD_HIDDEN size_t pd_address_norm(const char *in, size_t n, bool domain_ok, char *out);
+/** Whether k is bound to every one of the n normalised values of vals
+ * (a NUL after each): local@domain when one of its addresses is that
+ * one, @domain when one of its addresses is in that domain.  True when
+ * n is 0. */
+PD_HIDDEN bool pd_key_bound(const struct pd_key *k, const char *vals, size_t n);
 
 /** Free a key and wipe its secrets; accepts NULL, returns NULL. */
 PD_HIDDEN struct pd_key *pd_key_free(struct pd_key *k);

@@ -6,8 +6,9 @@
  * and key flags that allow encryption (or no key flags at all, as in
  * legacy keys).  Signing keys are parsed so that their fingerprints
  * (primary_fpr of the subkeys that follow) are known.  Signatures are read
- * for their Key Flags and never verified, user IDs and trust packets are
- * skipped: the operator vouches for the key file.
+ * for their Key Flags and never verified, user IDs are read for their
+ * addresses (what binds a key to mail recipients, pd_msg_bind) and trust
+ * packets skipped: the operator vouches for the key file.
  *
  * A key packet that cannot be used (unsupported version, algorithm, curve
  * or parameters, malformed contents) is skipped and reported, and the rest
@@ -85,6 +86,8 @@ struct ctx {
 	size_t sig_from, sig_to; /* the packets after the key packet being parsed */
 	uint8_t primary_fpr[32];
 	uint8_t primary_fpr_len;
+	char *addrs;             /* the current certificate's addresses (cert_addresses) */
+	uint16_t addrs_len;
 	char why[160];           /* why the key packet being parsed is skipped */
 	bool kid_known;          /* its key ID is known (v3: from the modulus) */
 	uint8_t kid[8];
@@ -198,6 +201,7 @@ struct pd_key *pd_key_free(struct pd_key *k)
 	if (k->ir_secret) {
 		OPENSSL_secure_clear_free(k->ir_secret, 32);
 	}
+	free(k->addrs);
 	pd_wipe(k, sizeof(*k));
 	free(k);
 	return NULL;
@@ -1369,6 +1373,91 @@ fail:
 
 static bool is_key_packet(uint8_t tag) { return tag == 5 || tag == 6 || tag == 7 || tag == 14; }
 
+size_t pd_address_norm(const char *in, size_t n, bool domain_ok, char *out)
+{
+	size_t at = n;
+	if (n < 2 || n > PD_ADDRESS_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)in[i];
+		if (ch <= 0x20 || ch == 0x7f || ch == '<' || ch == '>')
+			return 0;
+		if (ch == '@') {
+			if (at != n)
+				return 0;
+			at = i;
+		}
+		out[i] = ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a') : (char)ch;
+	}
+	if (at == n || at == n - 1 || (at == 0 && !domain_ok))
+		return 0;
+	out[n] = 0;
+	return n;
+}
+
+/* The address of a User ID: inside its last <...>, else the whole of it. */
+static size_t uid_address(const uint8_t *u, size_t n, char out[PD_ADDRESS_MAX + 1])
+{
+	const uint8_t *lt = NULL;
+	for (size_t i = 0; i < n; i++)
+		if (u[i] == '<')
+			lt = u + i;
+	if (!lt)
+		return pd_address_norm((const char *)u, n, false, out);
+	const uint8_t *gt = memchr(lt, '>', n - (size_t)(lt - u));
+	return gt ? pd_address_norm((const char *)lt + 1, (size_t)(gt - lt) - 1, false, out) : 0;
+}
+
+#define MAX_CERT_ADDRS 32
+
+/* The addresses of the certificate whose primary key is packet from: its
+ * User IDs up to the next primary key, each once, at most MAX_CERT_ADDRS
+ * (a User ID past them binds nothing: the key is then not bound to that
+ * address, which fails closed). */
+static int cert_addresses(struct ctx *c, const struct pktref *pk, size_t n, size_t from)
+{
+	char buf[MAX_CERT_ADDRS * (PD_ADDRESS_MAX + 1)], a[PD_ADDRESS_MAX + 1];
+	size_t len = 0, count = 0;
+
+	free(c->addrs);
+	c->addrs = NULL;
+	c->addrs_len = 0;
+	for (size_t i = from + 1; i < n && pk[i].tag != 5 && pk[i].tag != 6 && count < MAX_CERT_ADDRS; i++) {
+		size_t al;
+		if (pk[i].tag != 13 || !(al = uid_address(pk[i].body, pk[i].len, a)))
+			continue;
+		bool seen = false;
+		for (size_t o = 0; o < len && !seen; o += strlen(buf + o) + 1)
+			seen = !strcmp(buf + o, a);
+		if (seen)
+			continue;
+		memcpy(buf + len, a, al + 1);
+		len += al + 1;
+		count++;
+	}
+	if (!len)
+		return 0;
+	if (!(c->addrs = malloc(len)))
+		return -ENOMEM;
+	memcpy(c->addrs, buf, len);
+	c->addrs_len = (uint16_t)len;
+	return 0;
+}
+
+bool pd_key_bound(const struct pd_key *k, const char *vals, size_t n)
+{
+	for (size_t v = 0; v < n; v++, vals += strlen(vals) + 1) {
+		bool bound = false;
+		for (size_t o = 0; o < k->addrs_len && !bound; o += strlen(k->addrs + o) + 1) {
+			const char *a = k->addrs + o;
+			bound = vals[0] == '@' ? !strcmp(strchr(a, '@'), vals) : !strcmp(a, vals);
+		}
+		if (!bound)
+			return false;
+	}
+	return true;
+}
+
 /* Parse every secret key packet; the signatures between one key packet
  * and the next are its own (key flags). */
 static int parse_packets(struct ctx *c, const uint8_t *p, size_t len, struct batch *b)
@@ -1384,6 +1473,8 @@ static int parse_packets(struct ctx *c, const uint8_t *p, size_t len, struct bat
 		uint8_t tag = pk[i].tag;
 		const uint8_t *body = pk[i].body;
 		size_t plen = pk[i].len;
+		if ((tag == 5 || tag == 6) && (e = cert_addresses(c, pk, n, i)))
+			goto out;
 		if (tag == 6) {
 			/* A public primary key starts a new certificate: its
 			 * subkeys (tag 14) are skipped, but remember the
@@ -1413,6 +1504,15 @@ static int parse_packets(struct ctx *c, const uint8_t *p, size_t len, struct bat
 		}
 		if (!k)
 			continue;
+		if (c->addrs_len) {
+			if (!(k->addrs = malloc(c->addrs_len))) {
+				pd_key_free(k);
+				e = -ENOMEM;
+				goto out;
+			}
+			memcpy(k->addrs, c->addrs, c->addrs_len);
+			k->addrs_len = c->addrs_len;
+		}
 		if (ring_has(c->kr, k) || batch_has(b, k)) {
 			pd_key_free(k); /* the same key twice: keep the first */
 			c->n_dup++;
@@ -1430,6 +1530,9 @@ static int parse_packets(struct ctx *c, const uint8_t *p, size_t len, struct bat
 	}
 out:
 	c->pk = NULL;
+	free(c->addrs);
+	c->addrs = NULL;
+	c->addrs_len = 0;
 	free(pk);
 	return e;
 }
@@ -1689,6 +1792,18 @@ int pd_keyring_info(const struct pd_keyring *kr, size_t i, struct pd_keyinfo *re
 	snprintf(info.curve, sizeof(info.curve), "%s", pd_curve_name(k->curve));
 	*ret = info;
 	return 0;
+}
+
+size_t pd_keyring_addresses(const struct pd_keyring *kr, size_t i, const char **ret)
+{
+	if (!kr || i >= kr->n || !kr->keys[i]->addrs_len) {
+		if (ret)
+			*ret = "";
+		return 0;
+	}
+	if (ret)
+		*ret = kr->keys[i]->addrs;
+	return kr->keys[i]->addrs_len;
 }
 
 size_t pd__keyring_n(const struct pd_keyring *kr)

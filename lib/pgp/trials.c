@@ -107,7 +107,8 @@ int pd_trials_pkesk(const struct pd_trials *t, const struct pd_keyring *kr, stru
 		}
 		const struct pd_key *k;
 		for (size_t j = 0; (k = pd__keyring_by_keyid(kr, pk[i].keyid, j)); j++) {
-			if (!pkesk_names_key(&pk[i], k) || !algo_compatible(k->pk_algo, pk[i].pk_algo))
+			if (!pkesk_names_key(&pk[i], k) || !algo_compatible(k->pk_algo, pk[i].pk_algo) ||
+			    !pd_key_bound(k, t->bind, t->n_bind))
 				continue;
 			if (ntr == max_trials) /* the cap: gpg takes 23 s on 1,000 wildcards */
 				break;
@@ -119,7 +120,7 @@ int pd_trials_pkesk(const struct pd_trials *t, const struct pd_keyring *kr, stru
 			continue;
 		for (size_t j = 0; j < nkeys; j++) {
 			const struct pd_key *k = pd__keyring_get(kr, j);
-			if (!algo_compatible(k->pk_algo, pk[i].pk_algo))
+			if (!algo_compatible(k->pk_algo, pk[i].pk_algo) || !pd_key_bound(k, t->bind, t->n_bind))
 				continue;
 			if (ntr == max_trials) /* the cap: gpg takes 23 s on 1,000 wildcards */
 				break;

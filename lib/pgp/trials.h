@@ -6,7 +6,10 @@
  *
  *  - PKESKs that go with the container and name a key held come first,
  *    then anonymous (wildcard) ones against every key of a compatible
- *    algorithm; max_key_trials caps them all.  Every planned trial runs; the
+ *    algorithm; max_key_trials caps them all.  With a binding
+ *    (pd_msg_bind) only the keys bound to it take part, as if the ring
+ *    held no other: an unbound key is never tried, so nothing of the
+ *    reply depends on it.  Every planned trial runs; the
  *    first whose decoding passed is taken in constant time, the first
  *    trial's implicit-rejection key when none did (the container fails
  *    then, in the same way and time as for any wrong key).  A trial out of
@@ -43,6 +46,8 @@ struct pd_trials {           /* what a message offers the trials: all public */
 	const struct pd_limits *lim;
 	const int *cancel;       /* nonzero (atomic load): stop before the next trial */
 	struct pd_budget *budget; /* Argon2 memory is taken from it during a derivation */
+	const char *bind;        /* pd_msg_bind(): only keys bound to these n_bind values */
+	size_t n_bind;
 };
 
 struct pd_trial_result {

@@ -316,6 +316,99 @@ static void test_several_and_duplicates(void **state)
 	pd_keyring_free(kr);
 }
 
+/* Append a User ID packet (new format) to b at *len. */
+static void put_uid(uint8_t *b, size_t *len, const char *uid)
+{
+	size_t n = strlen(uid);
+	assert_true(n < 192);
+	b[(*len)++] = 0xC0 | 13;
+	b[(*len)++] = (uint8_t)n;
+	memcpy(b + *len, uid, n);
+	*len += n;
+}
+
+/* The addresses a key is bound to (pd_msg_bind): its certificate's User
+ * IDs, wherever they stand before the next primary key, lowercased, each
+ * once; not a User ID that is no address.  And what a binding value is. */
+static void test_addresses(void **state)
+{
+	(void)state;
+	const char *files[] = { "rsa2048.gpg", "cv25519.gpg", "a04-v6-secret-key.gpg" };
+	uint8_t *all = malloc(3 << 16);
+	size_t total = 0;
+	assert_non_null(all);
+	for (size_t i = 0; i < 3; i++) {
+		size_t len;
+		uint8_t *b = load(files[i], &len);
+		memcpy(all + total, b, len);
+		total += len;
+		free(b);
+		if (i == 1) {
+			/* after cv25519's subkey, still its certificate */
+			put_uid(all, &total, "Second <CV2@Test.EXAMPLE>");
+			put_uid(all, &total, "bare@Example.org");
+			put_uid(all, &total, "No address");
+			put_uid(all, &total, "Two ats <a@@b>");
+			put_uid(all, &total, "<x@y> then <last@z>");
+			put_uid(all, &total, "again <cv@TEST>");
+			put_uid(all, &total, "<@nolocal>");
+			put_uid(all, &total, "<sp ace@x>");
+		}
+	}
+	struct pd_keyring *kr;
+	char detail[256];
+	const char *a;
+	assert_int_equal(pd_keyring_new(&kr, PD_RSA_GCRYPT), 0);
+	assert_int_equal(pd_keyring_add(kr, all, total, NULL, 0, detail, sizeof(detail)), 3);
+	size_t n = pd_keyring_addresses(kr, 0, &a);
+	assert_int_equal(n, sizeof("rsa@test"));
+	assert_string_equal(a, "rsa@test");
+	static const char cv[] = "cv@test\0cv2@test.example\0bare@example.org\0last@z";
+	n = pd_keyring_addresses(kr, 1, &a);
+	assert_int_equal(n, sizeof(cv));
+	assert_memory_equal(a, cv, sizeof(cv));
+	assert_int_equal(pd_keyring_addresses(kr, 2, &a), 0);
+	assert_string_equal(a, "");
+	assert_int_equal(pd_keyring_addresses(kr, 3, &a), 0);
+
+	const struct pd_key *rsa = pd__keyring_get(kr, 0), *x = pd__keyring_get(kr, 1), *v6 = pd__keyring_get(kr, 2);
+	assert_true(pd_key_bound(rsa, "", 0));
+	assert_true(pd_key_bound(v6, "", 0));
+	assert_true(pd_key_bound(rsa, "rsa@test", 1));
+	assert_true(pd_key_bound(rsa, "@test", 1));
+	assert_false(pd_key_bound(rsa, "cv@test", 1));
+	assert_false(pd_key_bound(rsa, "@est", 1));
+	assert_false(pd_key_bound(rsa, "sa@test", 1));
+	assert_false(pd_key_bound(v6, "@test", 1));
+	/* several values: bound to every one */
+	assert_true(pd_key_bound(x, "cv@test\0@example.org\0last@z", 3));
+	assert_false(pd_key_bound(x, "cv@test\0rsa@test", 2));
+	assert_false(pd_key_bound(rsa, "rsa@test\0cv@test", 2));
+
+	char out[PD_ADDRESS_MAX + 1], big[PD_ADDRESS_MAX + 2];
+	assert_int_equal(pd_address_norm("A@B", 3, false, out), 3);
+	assert_string_equal(out, "a@b");
+	assert_int_equal(pd_address_norm("@B.C", 4, true, out), 4);
+	assert_string_equal(out, "@b.c");
+	assert_int_equal(pd_address_norm("@b", 2, false, out), 0);
+	assert_int_equal(pd_address_norm("a@", 2, true, out), 0);
+	assert_int_equal(pd_address_norm("ab", 2, true, out), 0);
+	assert_int_equal(pd_address_norm("a@b@c", 5, true, out), 0);
+	assert_int_equal(pd_address_norm("a b@c", 5, true, out), 0);
+	assert_int_equal(pd_address_norm("a\n@c", 4, true, out), 0);
+	assert_int_equal(pd_address_norm("<a@c>", 5, true, out), 0);
+	assert_int_equal(pd_address_norm("a@\x7f", 3, true, out), 0);
+	memset(big, 'a', sizeof(big));
+	big[1] = '@';
+	assert_int_equal(pd_address_norm(big, PD_ADDRESS_MAX, true, out), PD_ADDRESS_MAX);
+	assert_int_equal(pd_address_norm(big, PD_ADDRESS_MAX + 1, true, out), 0);
+	assert_int_equal(pd_bind_check("@example.org", 12), 0);
+	assert_int_equal(pd_bind_check("example.org", 11), -EINVAL);
+	assert_int_equal(pd_bind_check(NULL, 0), -EINVAL);
+	free(all);
+	pd_keyring_free(kr);
+}
+
 /* pd_keyring_merge: rings filled apart (as the daemon's load threads do)
  * and merged in order make the ring that adding the files one after
  * another makes: same keys, same order, duplicates dropped (the first
@@ -1432,6 +1525,7 @@ int main(void)
 		cmocka_unit_test(test_no_secret),
 		cmocka_unit_test(test_armored),
 		cmocka_unit_test(test_several_and_duplicates),
+		cmocka_unit_test(test_addresses),
 		cmocka_unit_test(test_merge),
 		cmocka_unit_test(test_many),
 		cmocka_unit_test(test_keys_leave_gcrypt_pool),
