@@ -487,7 +487,7 @@ static void test_unknown_and_misdirected(void **state)
 	struct pd_decrypt_req dr;
 	static const uint8_t flag4[] = { 0, 0, 0, 8 }; /* 4 is WANT_SESSION_KEY */
 	assert_int_equal(pd_parse_decrypt(flag4, sizeof(flag4), &dr), -EPROTO);
-	static const uint8_t crit[] = { 0, 0, 0, 1, 0x85, 0, 1, 7 };
+	static const uint8_t crit[] = { 0, 0, 0, 1, 0x86, 0, 1, 7 }; /* 0x85 is BIND */
 	assert_int_equal(pd_parse_decrypt(crit, sizeof(crit), &dr), -EPROTO);
 	static const uint8_t noncrit[] = { 0, 0, 0, 1, 0x65, 0, 1, 7, PD_T_PASSWORD, 0, 2, 'p', 'w' };
 	assert_int_equal(pd_parse_decrypt(noncrit, sizeof(noncrit), &dr), 0);
@@ -781,6 +781,58 @@ static void test_session_key_tlvs(void **state)
 	assert_int_equal(pd_parse_result(res0, sizeof(res0), &rb, &mi), -EPROTO);
 }
 
+/* BIND: repeated critical TLVs, byte for byte, their bounds, and the
+ * value syntax the client library and the mail filter check. */
+static void test_bind_tlvs(void **state)
+{
+	(void)state;
+	uint8_t buf[PD_FRAME_STRUCT_MAX];
+	struct pd_decrypt_req d = { .n_bind = 2 };
+	d.bind[0] = (const uint8_t *)"bob@example.org";
+	d.bind_len[0] = 15;
+	d.bind[1] = (const uint8_t *)"@other.example";
+	d.bind_len[1] = 14;
+	int n = pd_frame_encode_decrypt(buf, sizeof(buf), 5, &d);
+	assert_int_equal(n, PD_FRAME_HDR_LEN + 4 + 3 + 15 + 3 + 14);
+	static const uint8_t head[] = { 0, 0, 0, 0, 0x85, 0, 15, 'b', 'o', 'b' };
+	assert_memory_equal(buf + PD_FRAME_HDR_LEN, head, sizeof(head));
+	struct pd_decrypt_req back;
+	assert_int_equal(pd_parse_decrypt(buf + PD_FRAME_HDR_LEN, (size_t)n - PD_FRAME_HDR_LEN, &back), 0);
+	assert_int_equal(back.n_bind, 2);
+	assert_int_equal(back.bind_len[1], 14);
+	assert_memory_equal(back.bind[1], "@other.example", 14);
+	/* 16 values are fine, 17 are a bad request; so are 0 and 255 octets */
+	uint8_t p[4 + 17 * 6] = { 0 };
+	for (int i = 0; i < 17; i++)
+		memcpy(p + 4 + 6 * i, "\x85\0\3a@b", 6);
+	assert_int_equal(pd_parse_decrypt(p, 4 + 16 * 6, &back), 0);
+	assert_int_equal(back.n_bind, 16);
+	assert_int_equal(pd_parse_decrypt(p, sizeof(p), &back), -EPROTO);
+	static const uint8_t empty[] = { 0, 0, 0, 0, 0x85, 0, 0 };
+	assert_int_equal(pd_parse_decrypt(empty, sizeof(empty), &back), -EPROTO);
+	uint8_t big[4 + 3 + 255] = { 0, 0, 0, 0, 0x85, 0, 255 };
+	memset(big + 7, 'a', 255);
+	assert_int_equal(pd_parse_decrypt(big, sizeof(big), &back), -EPROTO);
+	big[6] = 254;
+	assert_int_equal(pd_parse_decrypt(big, sizeof(big) - 1, &back), 0);
+	d.n_bind = 17;
+	assert_int_equal(pd_frame_encode_decrypt(buf, sizeof(buf), 5, &d), -EINVAL);
+	d.n_bind = 1;
+	d.bind_len[0] = 0;
+	assert_int_equal(pd_frame_encode_decrypt(buf, sizeof(buf), 5, &d), -EINVAL);
+
+	static const char *const good[] = { "a@b", "@b", "Bob@Example.ORG", "x.y+z@[192.0.2.1]" };
+	static const char *const bad[] = { "", "a", "@", "a@", "a@b@c", "a b@c", "<a@b>", "a@b\n", "a\x7f@b" };
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		assert_true(pd_bind_value_ok(good[i], strlen(good[i])));
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_false(pd_bind_value_ok(bad[i], strlen(bad[i])));
+	memset(big, 'a', sizeof(big));
+	big[0] = '@';
+	assert_true(pd_bind_value_ok((const char *)big, 254));
+	assert_false(pd_bind_value_ok((const char *)big, 255));
+}
+
 static void test_status_mapping(void **state)
 {
 	(void)state;
@@ -840,6 +892,7 @@ int main(void)
 		cmocka_unit_test(test_stream_data),
 		cmocka_unit_test(test_status_mapping),
 		cmocka_unit_test(test_session_key_tlvs),
+		cmocka_unit_test(test_bind_tlvs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

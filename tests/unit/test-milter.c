@@ -204,7 +204,7 @@ static void test_config(void **state)
 	char *p = write_ini("# comment\nlisten = inet:8891@127.0.0.1\nconnect = [::1]:7000\n"
 	                          "tls-pin = sha256:00\ntimeout = 500ms\nconcurrency = 3\nmax-message-size = 10M\n"
 	                          "on-no-key = reject\non-failure = quarantine\nprotected-headers = all\n"
-	                          "keep-original = yes\nspool-dir = /var/tmp\n");
+	                          "keep-original = yes\nspool-dir = /var/tmp\nrecipient-binding = Domain\n");
 	assert_int_equal(LOAD(&c, err, "-c", p, "--foreground"), 0);
 	assert_string_equal(c->listen, "inet:8891@127.0.0.1");
 	assert_string_equal(c->connect_host, "::1");
@@ -216,6 +216,7 @@ static void test_config(void **state)
 	assert_int_equal(c->policy.on_failure, PD_MAIL_QUARANTINE);
 	assert_int_equal(c->policy.protected_headers, PD_MAIL_HP_ALL);
 	assert_true(c->policy.keep_original);
+	assert_int_equal(c->binding, PD_BIND_DOMAIN);
 	assert_string_equal(c->policy.tmpdir, "/var/tmp");
 	assert_true(c->foreground);
 	struct pdc_config pc;
@@ -235,6 +236,7 @@ static void test_config(void **state)
 	assert_int_equal(c->socket_mode, 0660);
 	assert_int_equal(c->concurrency, 8);
 	assert_int_equal(c->policy.on_failure, PD_MAIL_REJECT);
+	assert_int_equal(c->binding, PD_BIND_NONE);
 	c = pd_milter_config_free(c);
 	unlink(p);
 }
@@ -268,6 +270,7 @@ static void test_config_errors(void **state)
 	expect_error("concurrency = 0\n", "concurrency");
 	/* each level may parse one more decrypted entity: the sum is bounded */
 	expect_error("max-depth = 17\n", "max-depth must be at most 16");
+	expect_error("recipient-binding = yes\n", "wants none, address or domain");
 	expect_error("socket-group = no-such-group-here\n", "no such group");
 	expect_error("this is not ini\n", ":1: syntax error");
 	/* inih reads on after an error: the first one is what is reported */
