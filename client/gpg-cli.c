@@ -398,6 +398,8 @@ static int on_key(void *arg, const struct pdc_key *k)
 		r->cap_keys = nc;
 	}
 	r->keys[r->n_keys++] = *k;
+	r->keys[r->n_keys - 1].addresses = NULL; /* the callback's only */
+	r->keys[r->n_keys - 1].addresses_len = 0;
 	return 0;
 }
 

@@ -612,6 +612,8 @@ static int keylist_add(void *arg, const struct pdc_key *k)
 		l->cap = nc;
 	}
 	l->v[l->n++] = *k;
+	l->v[l->n - 1].addresses = NULL; /* the callback's only */
+	l->v[l->n - 1].addresses_len = 0;
 	return 0;
 }
 
@@ -815,8 +817,17 @@ static int key_line(void *arg, const struct pdc_key *k)
 	char curve[24];
 	snprintf(curve, sizeof(curve), "%s", k->curve);
 	sanitize(curve);
-	printf("%s v%u %s%s%s %u bits created %s primary %s\n", fpr, k->version, pdc_pk_name(k->pk_algo),
+	printf("%s v%u %s%s%s %u bits created %s primary %s", fpr, k->version, pdc_pk_name(k->pk_algo),
 	       curve[0] ? "/" : "", curve, k->bits, date, pfpr);
+	/* the addresses --bind and recipient-binding match: sanitized, they
+	 * come from the daemon's key files */
+	for (size_t o = 0; o < k->addresses_len; o += strlen(k->addresses + o) + 1) {
+		char a[PDC_ADDRESS_MAX + 1];
+		snprintf(a, sizeof(a), "%s", k->addresses + o);
+		sanitize(a);
+		printf("%s%s", o ? "," : " bound ", a);
+	}
+	putchar('\n');
 	return 0;
 }
 

@@ -1241,14 +1241,24 @@ static int on_frame(struct pdc_conn *c, const struct pd_frame_hdr *h, const uint
 		if (r->type != PD_FT_KEYS)
 			return violation(c, "unexpected KEY for request %u", r->id);
 		struct pd_keyinfo k;
-		if (pd_parse_key(p, h->len, &k) < 0)
+		struct pd_key_addrs ka;
+		if (pd_parse_key(p, h->len, &k, &ka) < 0)
 			return violation(c, "malformed KEY frame");
+		char abuf[PD_KEY_ADDRS_MAX * (PD_ADDRESS_MAX + 1)];
+		size_t alen = 0;
+		for (size_t i = 0; i < ka.n; i++) {
+			memcpy(abuf + alen, ka.v[i], ka.len[i]);
+			alen += ka.len[i];
+			abuf[alen++] = 0;
+		}
 		struct pdc_key o = { .version = k.version, .pk_algo = k.pk_algo, .bits = k.bits, .created = k.created,
 		                     .fpr_len = k.fpr_len, .primary_fpr_len = k.primary_fpr_len };
 		memcpy(o.fpr, k.fpr, 32);
 		memcpy(o.primary_fpr, k.primary_fpr, 32);
 		memcpy(o.keyid, k.keyid, 8);
 		memcpy(o.curve, k.curve, sizeof(o.curve));
+		o.addresses = abuf;
+		o.addresses_len = alen;
 		if (r->on_key && !r->local_err) {
 			r->delivered = true;
 			int e = r->on_key(r->d.arg, &o);

@@ -164,6 +164,11 @@ struct pdc_key { /* public, by value */
 	uint8_t fpr[32], primary_fpr[32];
 	uint8_t keyid[8];
 	char curve[24];
+	/* The addresses its User IDs bind it to (the request option bind): a
+	 * NUL after each, addresses_len octets in all (0: none); valid during
+	 * the callback only. */
+	const char *addresses;
+	size_t addresses_len;
 };
 
 struct pdc_decrypt { /* public, by value: one decryption request */

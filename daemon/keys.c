@@ -51,6 +51,8 @@
 struct pd_keyinfos {
 	atomic_uint n_ref;
 	size_t n;
+	char *abuf;     /* the keys' addresses (pd_keyring_addresses), one after another */
+	size_t *aoff;   /* key i's are abuf[aoff[i] .. aoff[i + 1]) */
 	struct pd_keyinfo v[];
 };
 
@@ -896,13 +898,23 @@ static int build_listing(struct pd_keyset *ks)
 
 	if (!s)
 		return -ENOMEM;
-	ks->infos = malloc(sizeof(*ks->infos) + ks->count * sizeof(ks->infos->v[0]));
-	if (!ks->infos) {
+	size_t alen = 0;
+	for (size_t i = 0; i < ks->count; i++)
+		alen += pd_keyring_addresses(ks->kr, i, NULL);
+	ks->infos = calloc(1, sizeof(*ks->infos) + ks->count * sizeof(ks->infos->v[0]));
+	if (!ks->infos || !(ks->infos->aoff = malloc((ks->count + 1) * sizeof(size_t))) ||
+	    !(ks->infos->abuf = malloc(alen ? alen : 1))) {
 		free(s);
+		if (ks->infos) {
+			free(ks->infos->aoff);
+			free(ks->infos);
+			ks->infos = NULL;
+		}
 		return -ENOMEM;
 	}
 	atomic_init(&ks->infos->n_ref, 1);
 	ks->infos->n = 0;
+	ks->infos->aoff[0] = 0;
 	bool full = false;
 	*p = 0;
 	for (size_t i = 0; i < ks->count; i++) {
@@ -910,7 +922,11 @@ static int build_listing(struct pd_keyset *ks)
 		char fpr[65], pfpr[65];
 		if (pd_keyring_info(ks->kr, i, &ki) < 0)
 			continue;
+		const char *a;
+		size_t al = pd_keyring_addresses(ks->kr, i, &a), at = ks->infos->aoff[ks->infos->n];
+		memcpy(ks->infos->abuf + at, a, al);
 		ks->infos->v[ks->infos->n++] = ki;
+		ks->infos->aoff[ks->infos->n] = at + al;
 		hex(fpr, ki.fpr, ki.fpr_len <= 32 ? ki.fpr_len : 32);
 		hex(pfpr, ki.primary_fpr, ki.primary_fpr_len <= 32 ? ki.primary_fpr_len : 32);
 		if (full)
@@ -1264,10 +1280,19 @@ const struct pd_keyinfo *pd_keyinfos_get(const struct pd_keyinfos *ki, size_t *r
 	return ki->v;
 }
 
+size_t pd_keyinfos_addresses(const struct pd_keyinfos *ki, size_t i, const char **ret)
+{
+	*ret = ki->abuf + ki->aoff[i];
+	return ki->aoff[i + 1] - ki->aoff[i];
+}
+
 struct pd_keyinfos *pd_keyinfos_unref(struct pd_keyinfos *ki)
 {
-	if (ki && atomic_fetch_sub_explicit(&ki->n_ref, 1, memory_order_acq_rel) == 1)
+	if (ki && atomic_fetch_sub_explicit(&ki->n_ref, 1, memory_order_acq_rel) == 1) {
+		free(ki->abuf);
+		free(ki->aoff);
 		free(ki);
+	}
 	return NULL;
 }
 

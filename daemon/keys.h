@@ -71,6 +71,9 @@ const char *pd_keyset_listing(const struct pd_keyset *ks);
 struct pd_keyinfos *pd_keyset_infos(const struct pd_keyset *ks);
 /** The entries, *ret_n of them. */
 const struct pd_keyinfo *pd_keyinfos_get(const struct pd_keyinfos *ki, size_t *ret_n);
+/** The addresses entry i is bound to (pd_keyring_addresses: a NUL after
+ * each) in *ret; their length. */
+size_t pd_keyinfos_addresses(const struct pd_keyinfos *ki, size_t i, const char **ret);
 /** Drop a reference (any thread); accepts NULL, returns NULL. */
 struct pd_keyinfos *pd_keyinfos_unref(struct pd_keyinfos *ki);
 /** The files the load read (key files and passphrase files), in the order

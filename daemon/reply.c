@@ -111,7 +111,9 @@ static int build_keys(uint32_t id, const uint8_t *p, size_t plen, uint32_t max_f
 	if (!o)
 		return -ENOMEM;
 	for (; cur->next < n; cur->next++) {
-		int k = pd_frame_encode_key(o->data + o->len, o->cap - o->len, id, &ki[cur->next]);
+		const char *a;
+		size_t al = pd_keyinfos_addresses(cur->keys, cur->next, &a);
+		int k = pd_frame_encode_key(o->data + o->len, o->cap - o->len, id, &ki[cur->next], a, al);
 		if (k == -ENOBUFS && o->len)
 			break; /* the piece is full: this key is the next one's first */
 		if (k < 0) {

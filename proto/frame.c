@@ -518,7 +518,8 @@ int pd_frame_encode_result(uint8_t *out, size_t cap, uint32_t id, const struct p
 	return finish(&w, PD_FT_RESULT, id);
 }
 
-int pd_frame_encode_key(uint8_t *out, size_t cap, uint32_t id, const struct pd_keyinfo *k)
+int pd_frame_encode_key(uint8_t *out, size_t cap, uint32_t id, const struct pd_keyinfo *k, const char *addrs,
+                        size_t addrs_len)
 {
 	struct w w = begin(out, cap);
 	put8(&w, k->version);
@@ -531,6 +532,13 @@ int pd_frame_encode_key(uint8_t *out, size_t cap, uint32_t id, const struct pd_k
 		tlv(&w, PD_T_PRIMARY_FPR, k->primary_fpr, k->primary_fpr_len);
 	tlv(&w, PD_T_KEYID, k->keyid, 8);
 	tlvstr(&w, PD_T_CURVE, k->curve, sizeof(k->curve) - 1);
+	size_t n = 0;
+	for (size_t o = 0; addrs && o < addrs_len && n < PD_KEY_ADDRS_MAX; n++) {
+		size_t l = strnlen(addrs + o, addrs_len - o);
+		if (l && l <= PD_ADDRESS_MAX)
+			tlvstr(&w, PD_T_ADDRESS, addrs + o, PD_ADDRESS_MAX);
+		o += l + 1;
+	}
 	return finish(&w, PD_FT_KEY, id);
 }
 
@@ -846,9 +854,10 @@ int pd_parse_result(const uint8_t *p, size_t len, struct pd_result *ret, struct 
 	return 0;
 }
 
-int pd_parse_key(const uint8_t *p, size_t len, struct pd_keyinfo *ret)
+int pd_parse_key(const uint8_t *p, size_t len, struct pd_keyinfo *ret, struct pd_key_addrs *addrs)
 {
 	struct pd_keyinfo k = { 0 };
+	struct pd_key_addrs a = { .n = 0 };
 	if (len < 8)
 		return -EPROTO;
 	k.version = p[0];
@@ -879,6 +888,13 @@ int pd_parse_key(const uint8_t *p, size_t len, struct pd_keyinfo *ret)
 		case PD_T_CURVE:
 			if (text(k.curve, sizeof(k.curve), v, n) < 0) return -EPROTO;
 			break;
+		case PD_T_ADDRESS: {
+			char t[PD_ADDRESS_MAX + 1];
+			if (!n || a.n == PD_KEY_ADDRS_MAX || text(t, sizeof(t), v, n) < 0) return -EPROTO;
+			a.v[a.n] = v;
+			a.len[a.n++] = (uint8_t)n;
+			break;
+		}
 		default:
 			if (unknown(tag) < 0) return -EPROTO;
 		}
@@ -888,5 +904,7 @@ int pd_parse_key(const uint8_t *p, size_t len, struct pd_keyinfo *ret)
 	if (k.fpr_len == 0)
 		return -EPROTO;
 	*ret = k;
+	if (addrs)
+		*addrs = a;
 	return 0;
 }

@@ -89,6 +89,7 @@ enum pd_tlv_tag {
 	PD_T_PRIMARY_FPR = 0x20,   /* KEY: fingerprint of the primary key, 20 or 32 octets */
 	PD_T_KEYID = 0x21,         /* KEY: 8 octets */
 	PD_T_CURVE = 0x22,         /* KEY: curve name, ASCII, ECC keys only */
+	PD_T_ADDRESS = 0x23,       /* KEY: an address its User IDs bind it to (BIND), repeated */
 	PD_T_ERRNAME = 0x30,       /* RESULT/ERROR: stable short name, e.g. "EINTEGRITY" */
 	PD_T_SENTENCE = 0x31,      /* RESULT/ERROR: human sentence, UTF-8 */
 	PD_T_SESSION_KEY = 0x32,   /* RESULT OK: u8 symmetric algo, key octets (WANT_SESSION_KEY) */
@@ -210,8 +211,18 @@ struct pd_result { /* public, by value */
 /** RESULT: status fields, plus the algorithms and key of info (may be NULL). */
 int pd_frame_encode_result(uint8_t *out, size_t cap, uint32_t id, const struct pd_result *r,
                            const struct pd_msginfo *info);
-/** KEY: one loaded decryption key. */
-int pd_frame_encode_key(uint8_t *out, size_t cap, uint32_t id, const struct pd_keyinfo *k);
+#define PD_KEY_ADDRS_MAX 16 /* ADDRESS TLVs of one KEY frame */
+/** KEY: one loaded decryption key, and the addresses it is bound to
+ * (addrs_len octets, a NUL after each, as pd_keyring_addresses gives
+ * them; the first PD_KEY_ADDRS_MAX). */
+int pd_frame_encode_key(uint8_t *out, size_t cap, uint32_t id, const struct pd_keyinfo *k, const char *addrs,
+                        size_t addrs_len);
+
+struct pd_key_addrs { /* a KEY frame's ADDRESS values, into its payload */
+	const uint8_t *v[PD_KEY_ADDRS_MAX];
+	uint8_t len[PD_KEY_ADDRS_MAX];
+	uint8_t n;
+};
 
 /* ------------------------------------------------------------------ */
 /* Payload parsers: 0 or -EPROTO (with unknown non-critical TLVs skipped). */
@@ -227,7 +238,7 @@ int pd_parse_metadata(const uint8_t *p, size_t len, struct pd_msginfo *ret);
 /** RESULT payload into *ret and, if info is not NULL, the metadata fields it carries. */
 int pd_parse_result(const uint8_t *p, size_t len, struct pd_result *ret, struct pd_msginfo *info);
 /** KEY payload into *ret. */
-int pd_parse_key(const uint8_t *p, size_t len, struct pd_keyinfo *ret);
+int pd_parse_key(const uint8_t *p, size_t len, struct pd_keyinfo *ret, struct pd_key_addrs *addrs);
 
 /* ------------------------------------------------------------------ */
 /* TLV reader, for anyone parsing extensions. */

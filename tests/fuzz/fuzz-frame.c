@@ -30,6 +30,7 @@ static void check_frame(const struct pd_frame_hdr *h, const uint8_t *p)
 	struct pd_result res, res2;
 	struct pd_hello hello, hello2;
 	struct pd_keyinfo key, key2;
+	struct pd_key_addrs ka, ka2;
 	struct pd_decrypt_req dr, dr2;
 	int n;
 	switch (h->type) {
@@ -66,11 +67,21 @@ static void check_frame(const struct pd_frame_hdr *h, const uint8_t *p)
 		}
 		break;
 	case PD_FT_KEY:
-		if (pd_parse_key(p, h->len, &key) == 0) {
-			n = pd_frame_encode_key(out, sizeof(out), h->id, &key);
+		if (pd_parse_key(p, h->len, &key, &ka) == 0) {
+			char abuf[PD_KEY_ADDRS_MAX * (PD_ADDRESS_MAX + 1)];
+			size_t alen = 0;
+			for (size_t i = 0; i < ka.n; i++) {
+				memcpy(abuf + alen, ka.v[i], ka.len[i]);
+				alen += ka.len[i];
+				abuf[alen++] = 0;
+			}
+			n = pd_frame_encode_key(out, sizeof(out), h->id, &key, abuf, alen);
 			CHECK(n > 0);
-			CHECK(pd_parse_key(out + PD_FRAME_HDR_LEN, (size_t)n - PD_FRAME_HDR_LEN, &key2) == 0);
+			CHECK(pd_parse_key(out + PD_FRAME_HDR_LEN, (size_t)n - PD_FRAME_HDR_LEN, &key2, &ka2) == 0);
 			CHECK(memcmp(key.fpr, key2.fpr, key.fpr_len) == 0 && key.bits == key2.bits);
+			CHECK(ka.n == ka2.n);
+			for (size_t i = 0; i < ka.n; i++)
+				CHECK(ka.len[i] == ka2.len[i] && memcmp(ka.v[i], ka2.v[i], ka.len[i]) == 0);
 		}
 		break;
 	case PD_FT_DECRYPT:

@@ -118,7 +118,8 @@ int main(int argc, char **argv)
 	memset(k.primary_fpr, 0x22, 20);
 	memset(k.keyid, 0x33, 8);
 	snprintf(k.curve, sizeof(k.curve), "Curve25519");
-	add(pd_frame_encode_key(buf + len, sizeof(buf) - len, 4, &k));
+	static const char addrs[] = "cv@test\0@example.org";
+	add(pd_frame_encode_key(buf + len, sizeof(buf) - len, 4, &k, addrs, sizeof(addrs)));
 	result(4, PD_ST_OK, 0, NULL, NULL, NULL);
 	save(dir, "all-four");
 

@@ -171,3 +171,15 @@ def test_client_bind(bw, daemons):
     assert r.returncode == 64 and b"--bind" in r.stderr, r.stderr
     r = client(full, "--bind", "alice@example.org", "ping")
     assert r.returncode == 64, r.stderr
+
+
+def test_keys_lists_the_addresses(bw, daemons):
+    """KEYS carries each key's addresses (ADDRESS), what --bind matches;
+    pgpdecd-client keys prints them after "bound"."""
+    full, _ = daemons
+    r = client(full, "keys")
+    assert r.returncode == 0, r.stderr
+    bound = sorted(ln.split(" bound ")[1] for ln in r.stdout.decode().splitlines())
+    # each certificate's encryption subkey (its primary is certify+sign only)
+    assert bound == ["alice@example.org", "carol@other.example", "team@example.org,shared@other.example"], r.stdout
+

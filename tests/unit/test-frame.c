@@ -275,7 +275,8 @@ static void test_server_roundtrip(void **state)
 	memset(k.primary_fpr, 0x22, 20);
 	memset(k.keyid, 0x33, 8);
 	strcpy(k.curve, "Curve25519");
-	r = pd_frame_encode_key(buf + n, sizeof(buf) - n, 44, &k);
+	static const char addrs[] = "a@b.example\0bad\nline@x\0";
+	r = pd_frame_encode_key(buf + n, sizeof(buf) - n, 44, &k, addrs, sizeof(addrs) - 1);
 	assert_true(r > 0); n += (size_t)r;
 	r = pd_frame_encode_error(buf + n, sizeof(buf) - n, PD_ST_PROTOCOL, "EPROTO", "bad frame");
 	assert_true(r > 0); n += (size_t)r;
@@ -311,7 +312,12 @@ static void test_server_roundtrip(void **state)
 	assert_int_equal(pd_parse_result(g.payload[3], g.hdr[3].len, &res2, NULL), 0);
 
 	struct pd_keyinfo k2;
-	assert_int_equal(pd_parse_key(g.payload[5], g.hdr[5].len, &k2), 0);
+	struct pd_key_addrs ka;
+	assert_int_equal(pd_parse_key(g.payload[5], g.hdr[5].len, &k2, &ka), 0);
+	assert_int_equal(ka.n, 2);
+	assert_int_equal(ka.len[0], 11);
+	assert_memory_equal(ka.v[0], "a@b.example", 11);
+	assert_memory_equal(ka.v[1], "bad?line@x", 10); /* one line of text, always */
 	assert_int_equal(k2.pk_algo, 18);
 	assert_int_equal(k2.bits, 256);
 	assert_int_equal(k2.created, 1600000000u);
@@ -436,7 +442,7 @@ static void test_truncated(void **state)
 	assert_int_equal(pd_parse_result(p, 19, &res, &info), -EPROTO);
 	assert_int_equal(pd_parse_decrypt(p, 3, &dr), -EPROTO);
 	assert_int_equal(pd_parse_error(p, 1, &res), -EPROTO);
-	assert_int_equal(pd_parse_key(p, 7, &k), -EPROTO);
+	assert_int_equal(pd_parse_key(p, 7, &k, NULL), -EPROTO);
 	memcpy(p, "PGPD\0\1\0\1", 8);
 	assert_int_equal(pd_parse_hello(p, 8, PD_FROM_CLIENT, &h), 0);
 	assert_int_equal(pd_parse_hello(p, 7, PD_FROM_CLIENT, &h), -EPROTO);
@@ -553,7 +559,7 @@ static void test_garbage(void **state)
 				case PD_FT_HELLO: (void)pd_parse_hello(p, h.len, PD_FROM_SERVER, &hh); break;
 				case PD_FT_METADATA: (void)pd_parse_metadata(p, h.len, &info); break;
 				case PD_FT_RESULT: (void)pd_parse_result(p, h.len, &res, &info); break;
-				case PD_FT_KEY: (void)pd_parse_key(p, h.len, &k); break;
+				case PD_FT_KEY: (void)pd_parse_key(p, h.len, &k, NULL); break;
 				case PD_FT_ERROR: (void)pd_parse_error(p, h.len, &res); break;
 				default: break;
 				}
@@ -820,6 +826,23 @@ static void test_bind_tlvs(void **state)
 	d.n_bind = 1;
 	d.bind_len[0] = 0;
 	assert_int_equal(pd_frame_encode_decrypt(buf, sizeof(buf), 5, &d), -EINVAL);
+
+	/* KEY's ADDRESS: at most 16, each one line of 1..254 octets */
+	struct pd_keyinfo k = { .version = 4, .pk_algo = 1, .fpr_len = 20 }, k2;
+	struct pd_key_addrs ka;
+	char many[20 * 4];
+	for (int i = 0; i < 20; i++)
+		memcpy(many + 4 * i, "a@b", 4);
+	n = pd_frame_encode_key(buf, sizeof(buf), 5, &k, many, sizeof(many));
+	assert_int_equal(pd_parse_key(buf + PD_FRAME_HDR_LEN, (size_t)n - PD_FRAME_HDR_LEN, &k2, &ka), 0);
+	assert_int_equal(ka.n, PD_KEY_ADDRS_MAX);
+	uint8_t kp[8 + 23 + 17 * 6] = { 4, 1, 0, 0, 0, 0, 0, 0, PD_T_KEY_FPR, 0, 20 };
+	for (int i = 0; i < 17; i++)
+		memcpy(kp + 31 + 6 * i, "\x23\0\3a@b", 6);
+	assert_int_equal(pd_parse_key(kp, 31 + 16 * 6, &k2, &ka), 0);
+	assert_int_equal(pd_parse_key(kp, sizeof(kp), &k2, &ka), -EPROTO);
+	kp[31 + 2] = 0;
+	assert_int_equal(pd_parse_key(kp, 31 + 3, &k2, &ka), -EPROTO);
 
 	static const char *const good[] = { "a@b", "@b", "Bob@Example.ORG", "x.y+z@[192.0.2.1]" };
 	static const char *const bad[] = { "", "a", "@", "a@", "a@b@c", "a b@c", "<a@b>", "a@b\n", "a\x7f@b" };
