@@ -32,8 +32,11 @@ struct pd_sesskey {          /* kept in secure memory by its owner */
 	uint8_t key[32];
 };
 
-/* The cipher of a rejection key when no algorithm is known (v3 PKESKs):
- * AES-256. */
+/* The cipher of a random key that goes on when no trial ran (public):
+ * AES-256.  A v3 PKESK's rejection key, whose cipher a real key would
+ * carry inside the secret payload, draws its cipher instead (unwrap.c,
+ * make_fallback), so that which cipher the container's pass runs does not
+ * say whether the decode passed. */
 #define PD_IR_ALGO_V3 9
 
 /** Parse a PKESK packet body (v3 or v6).  PD_EUNSUPPORTED for other
