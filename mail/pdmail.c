@@ -70,6 +70,8 @@ struct line_count {
 	bool word;                 /* LC_VALUE: in a word of a structured value */
 	unsigned nlen;             /* octets of the field name so far */
 	char name[28];             /* its first octets, lower-cased */
+	bool eight_bit;            /* an octet over 127 (the kept original's transfer encoding) */
+	bool nul;                  /* ... a NUL: binary */
 	struct shape n;
 };
 
@@ -1350,6 +1352,8 @@ static void count_lines(const char *p, size_t n, struct line_count *lc)
 	int st = lc->state;
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)p[i];
+		lc->eight_bit |= c > 127;
+		lc->nul |= c == 0;
 		if (c == '\n') {
 			if (st == LC_START) /* an empty line ends a header section */
 				lc->in_field = false;
@@ -1683,13 +1687,17 @@ static void decide(struct run *r)
  * the spool as it came (line ends LF), not parsed again, so that GMime
  * builds nothing for it beyond what was counted (a second parse doubled
  * what a mail under the bounds took). */
-static int attach_original(GMimeMessage *msg, GMimeStream *spool)
+static int attach_original(GMimeMessage *msg, GMimeStream *spool, const struct line_count *lc)
 {
 	gint64 len = g_mime_stream_length(spool);
 	GMimeStream *s = len < 0 ? NULL : g_mime_stream_substream(spool, 0, len);
 	if (!s)
 		return -EIO;
 	GMimePart *orig = stream_attachment(s, "message", "rfc822");
+	/* message/rfc822 is 7bit unless it says otherwise (RFC 2046 5.2.1),
+	 * and the original is attached as it came. */
+	if (lc->nul || lc->eight_bit)
+		g_mime_part_set_content_encoding(orig, lc->nul ? GMIME_CONTENT_ENCODING_BINARY : GMIME_CONTENT_ENCODING_8BIT);
 	GMimeMultipart *mixed = g_mime_multipart_new_with_subtype("mixed");
 	g_mime_multipart_add(mixed, g_mime_message_get_mime_part(msg));
 	g_mime_multipart_add(mixed, GMIME_OBJECT(orig));
@@ -1734,7 +1742,7 @@ int pd_mail_process(struct pd_mail *m, int in_fd, int out_fd, struct pd_mail_rep
 		err = write_unparsed(spool, out_fd, &rep, &rep.bytes_out);
 		goto out;
 	}
-	if (m->pol.keep_original && rep.n_decrypted && (err = attach_original(r.msg, spool)))
+	if (m->pol.keep_original && rep.n_decrypted && (err = attach_original(r.msg, spool, &lines)))
 		goto out;
 	add_result_headers(&r, r.msg);
 	err = write_message(r.msg, out_fd, &rep.bytes_out);

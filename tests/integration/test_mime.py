@@ -420,3 +420,21 @@ def test_end_line_with_more_dashes(env):
     m = parse(r.stdout)
     assert m["X-Pgpdecd-Status"].startswith("decrypted;")
     assert m.get_content() == "before\ndashes\nafter\n"
+
+
+def test_kept_original_says_8bit(env):
+    # message/rfc822 has 7bit by default (RFC 2046 5.2.1): an original
+    # with 8-bit octets (a raw UTF-8 header, an 8bit body) attached
+    # without a Content-Transfer-Encoding was a 7bit part carrying 8-bit
+    # data, which an MTA may mangle or refuse.  A 7-bit original says
+    # nothing (7bit is the default).
+    mail = inline_mail(env, b"kept\n", subject="orig")
+    raw = mail.replace(b"Subject: orig", "Subject: \u00fcber".encode())
+    for m_in, want in ((raw, "8bit"), (mail, None)):
+        r = mime(env, m_in, "--keep-original")
+        assert r.returncode == 0, r.stderr
+        orig = parse(r.stdout).get_payload()[1]
+        assert orig.get_content_type() == "message/rfc822"
+        assert orig["Content-Transfer-Encoding"] == want, r.stdout[-2000:]
+        # the original still comes out octet for octet
+        assert m_in.split(b"\n\n", 1)[1] in r.stdout
