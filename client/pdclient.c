@@ -1245,12 +1245,7 @@ static int on_frame(struct pdc_conn *c, const struct pd_frame_hdr *h, const uint
 		if (pd_parse_key(p, h->len, &k, &ka) < 0)
 			return violation(c, "malformed KEY frame");
 		char abuf[PD_KEY_ADDRS_MAX * (PD_ADDRESS_MAX + 1)];
-		size_t alen = 0;
-		for (size_t i = 0; i < ka.n; i++) {
-			memcpy(abuf + alen, ka.v[i], ka.len[i]);
-			alen += ka.len[i];
-			abuf[alen++] = 0;
-		}
+		size_t alen = pd_key_addrs_join(&ka, abuf);
 		struct pdc_key o = { .version = k.version, .pk_algo = k.pk_algo, .bits = k.bits, .created = k.created,
 		                     .fpr_len = k.fpr_len, .primary_fpr_len = k.primary_fpr_len };
 		memcpy(o.fpr, k.fpr, 32);

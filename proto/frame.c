@@ -854,6 +854,17 @@ int pd_parse_result(const uint8_t *p, size_t len, struct pd_result *ret, struct 
 	return 0;
 }
 
+size_t pd_key_addrs_join(const struct pd_key_addrs *a, char *out)
+{
+	size_t len = 0;
+	for (size_t i = 0; i < a->n; i++) {
+		memcpy(out + len, a->v[i], a->len[i]);
+		len += a->len[i];
+		out[len++] = 0;
+	}
+	return len;
+}
+
 int pd_parse_key(const uint8_t *p, size_t len, struct pd_keyinfo *ret, struct pd_key_addrs *addrs)
 {
 	struct pd_keyinfo k = { 0 };

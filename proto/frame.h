@@ -239,6 +239,9 @@ int pd_parse_metadata(const uint8_t *p, size_t len, struct pd_msginfo *ret);
 int pd_parse_result(const uint8_t *p, size_t len, struct pd_result *ret, struct pd_msginfo *info);
 /** KEY payload into *ret. */
 int pd_parse_key(const uint8_t *p, size_t len, struct pd_keyinfo *ret, struct pd_key_addrs *addrs);
+/** a's values into out (room for PD_KEY_ADDRS_MAX * (PD_ADDRESS_MAX + 1)),
+ * a NUL after each, as pd_frame_encode_key takes them; their length. */
+size_t pd_key_addrs_join(const struct pd_key_addrs *a, char *out);
 
 /* ------------------------------------------------------------------ */
 /* TLV reader, for anyone parsing extensions. */

@@ -69,12 +69,7 @@ static void check_frame(const struct pd_frame_hdr *h, const uint8_t *p)
 	case PD_FT_KEY:
 		if (pd_parse_key(p, h->len, &key, &ka) == 0) {
 			char abuf[PD_KEY_ADDRS_MAX * (PD_ADDRESS_MAX + 1)];
-			size_t alen = 0;
-			for (size_t i = 0; i < ka.n; i++) {
-				memcpy(abuf + alen, ka.v[i], ka.len[i]);
-				alen += ka.len[i];
-				abuf[alen++] = 0;
-			}
+			size_t alen = pd_key_addrs_join(&ka, abuf);
 			n = pd_frame_encode_key(out, sizeof(out), h->id, &key, abuf, alen);
 			CHECK(n > 0);
 			CHECK(pd_parse_key(out + PD_FRAME_HDR_LEN, (size_t)n - PD_FRAME_HDR_LEN, &key2, &ka2) == 0);
