@@ -479,7 +479,8 @@ static int add_esk(struct pd_msg *m, size_t li)
 	 * a packet names is public: skipping depends on nothing secret. */
 	if (m->n_esk >= m->lim.max_esk) {
 		uint32_t late_cap = m->lim.max_key_trials ? m->lim.max_key_trials : 1;
-		if (pr != 0 || !m->ring || m->n_esk_late >= late_cap || !pd_trials_names_held_key(m->ring, &pk))
+		if (pr != 0 || !m->ring || m->n_esk_late >= late_cap ||
+		    !pd_trials_names_held_key(m->ring, &pk, m->bind, m->n_bind))
 			return 0;
 		m->n_esk_late++;
 	}

@@ -36,13 +36,14 @@ static bool pkesk_names_key(const struct pd_pkesk *p, const struct pd_key *k)
 	return !memcmp(p->keyid, k->keyid, 8);
 }
 
-bool pd_trials_names_held_key(const struct pd_keyring *kr, const struct pd_pkesk *p)
+bool pd_trials_names_held_key(const struct pd_keyring *kr, const struct pd_pkesk *p, const char *bind,
+                              size_t n_bind)
 {
 	const struct pd_key *k;
 	if (p->wildcard)
 		return false;
 	for (size_t j = 0; (k = pd__keyring_by_keyid(kr, p->keyid, j)); j++)
-		if (pkesk_names_key(p, k) && algo_compatible(k->pk_algo, p->pk_algo))
+		if (pkesk_names_key(p, k) && algo_compatible(k->pk_algo, p->pk_algo) && pd_key_bound(k, bind, n_bind))
 			return true;
 	return false;
 }

@@ -59,8 +59,10 @@ struct pd_trial_result {
 };
 
 /** Whether p names a key of kr (by key ID, or fingerprint for a v6 PKESK)
- * of a compatible algorithm: a PKESK the trials would try.  Public data only. */
-PD_HIDDEN bool pd_trials_names_held_key(const struct pd_keyring *kr, const struct pd_pkesk *p);
+ * of a compatible algorithm and bound to the n_bind values of bind
+ * (pd_key_bound): a PKESK the trials would try.  Public data only. */
+PD_HIDDEN bool pd_trials_names_held_key(const struct pd_keyring *kr, const struct pd_pkesk *p, const char *bind,
+                                        size_t n_bind);
 /** Private-key trials: 0 with *sk chosen, 1 when no trial fits (the
  * caller turns to passwords, or reports no key), or an error with
  * res->detail (-ECANCELED, -ENOMEM, the public reason every trial failed). */

@@ -183,3 +183,35 @@ def test_keys_lists_the_addresses(bw, daemons):
     # each certificate's encryption subkey (its primary is certify+sign only)
     assert bound == ["alice@example.org", "carol@other.example", "team@example.org,shared@other.example"], r.stdout
 
+
+def test_unbound_key_takes_no_late_slot(bw, tmp_path_factory):
+    """Past max_esk (1,000) the engine keeps only PKESKs that name a held
+    key, at most max-key-trials (8) of them, so that ours is found.  A key
+    held but not bound must not take one of those slots: nine PKESKs to
+    carol (held, unbound) after 1,000 others, then alice's, bound to
+    alice: a daemon that also holds carol's key answers what one holding
+    alice's alone does (before: NO_KEY, carol's packets had filled the late
+    slots and alice's was skipped)."""
+    import pgp
+    g = Gpg(str(bw["base"] / "gnupg"))
+    to_carol = g.encrypt(b"x", "carol@other.example")
+    carol_pkesk = [to_carol[p.offset:p.end] for p in pgp.packets(to_carol) if p.tag == 1][0]
+    msg = bw["msgs"]["alice"]
+    ps = pgp.packets(msg)
+    alice_pkesk = b"".join(msg[p.offset:p.end] for p in ps if p.tag == 1)
+    rest = b"".join(msg[p.offset:p.end] for p in ps if p.tag != 1)
+    crafted = carol_pkesk * 1009 + alice_pkesk + rest
+    alice_only = tmp_path_factory.mktemp("alice-only")
+    (alice_only / "alice.gpg").write_bytes((bw["full"] / "alice.gpg").read_bytes())
+    ref_d = Daemon(None, tmp_path_factory.mktemp("alice-d"), keydir=alice_only)
+    try:
+        got_ref, ref, _ = ask(ref_d, crafted, "alice@example.org")
+    finally:
+        ref_d.stop()
+    full = Daemon(None, tmp_path_factory.mktemp("full-late"), keydir=bw["full"])
+    try:
+        got, res, _ = ask(full, crafted, "alice@example.org")
+    finally:
+        full.stop()
+    assert ref["name"] == "OK" and got_ref == PLAIN, ref
+    assert outcome(res) == outcome(ref) and got == got_ref, (res, ref)
