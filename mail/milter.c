@@ -368,6 +368,8 @@ static sfsistat on_envrcpt(SMFICTX *ctx, char **argv)
 		a = colon + 1;
 	}
 	const char *at = cfg->binding == PD_BIND_DOMAIN ? memrchr(a, '@', n) : NULL;
+	if (cfg->binding == PD_BIND_ADDRESS && n && a[0] == '@')
+		n = 0; /* <@domain>: no local part (the MTA's empty_address_recipient), no address */
 	if (at) {
 		n -= (size_t)(at - a);
 		a = at;

@@ -150,3 +150,37 @@ def test_after_queue_one_recipient_per_transaction(env):
     finally:
         p.stop()
         m.stop()
+
+
+def test_address_binding_takes_no_domain_from_the_envelope(env):
+    """RCPT TO:<@test.example> (and <@relay:@test.example>, the route
+    form) is taken by Postfix and delivered to MAILER-DAEMON@test.example
+    (empty_address_recipient); with recipient-binding = address the
+    milter made "@test.example" of it, a domain value, so bob's key opened
+    the mail for the postmaster's mailbox.  A recipient without a local
+    part is no address: no key is bound."""
+    import smtplib
+    m, p = gateway(env, "address")
+    try:
+        for rcpt in ("<@test.example>", "<@relay.example:@test.example>", "<@TEST.example>"):
+            before = len(p.messages())
+            s = smtplib.SMTP("127.0.0.1", p.port, timeout=60)
+            try:
+                s.ehlo("client.test.example")
+                assert s.docmd("MAIL FROM:<mallory@test.example>")[0] == 250
+                assert s.docmd("RCPT TO:" + rcpt)[0] == 250
+                assert s.docmd("DATA")[0] == 354
+                s.send(env["mail"]("bob@test.example").replace(b"\n", b"\r\n") + b".\r\n")
+                code, text = s.getreply()
+                assert code == 250, (code, text)
+            finally:
+                s.close()
+            got = p.wait_delivered(before + 1)
+            msgs = p.messages()[before:]
+            assert len(msgs) == 1, got
+            msg = message_from_bytes(msgs[0].data)
+            assert msg["X-Pgpdecd-Status"].startswith("no-key"), (rcpt, msgs[0].recipient, msg["X-Pgpdecd-Status"])
+            assert BODY not in msgs[0].data, rcpt
+    finally:
+        p.stop()
+        m.stop()
