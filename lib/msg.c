@@ -1197,7 +1197,7 @@ int pd_msg_bind(struct pd_msg *m, const char *val, size_t len)
 	size_t n = val ? pd_address_norm(val, len, true, a) : 0;
 	if (!n)
 		return -EINVAL;
-	if (m->err || m->have_key)
+	if (m->err || m->have_key || m->info.bytes_in) /* before input: it decides which PKESKs are kept */
 		return PD_EUSAGE;
 	if (m->n_bind == PD_MAX_BIND)
 		return -E2BIG;

@@ -436,7 +436,7 @@ PD_API void pd_msg_set_keyring(struct pd_msg *m, const struct pd_keyring *kr);
  * @domain (an address in that domain), compared after ASCII lowercasing.
  * Called again, a key must be bound to every value given (several
  * recipients share one plaintext).  Passwords and session keys are not
- * affected.  Before the message asks for a key.  0, -EINVAL (not such a
+ * affected.  Before any input is written.  0, -EINVAL (not such a
  * value: pd_bind_check), -E2BIG (more than PD_MAX_BIND), PD_EUSAGE (too
  * late), -ENOMEM.  A message whose keys are all unbound fails exactly as
  * if the ring did not hold them (PD_ENOKEY, or INTEGRITY for anonymous

@@ -405,6 +405,16 @@ static void test_addresses(void **state)
 	assert_int_equal(pd_bind_check("@example.org", 12), 0);
 	assert_int_equal(pd_bind_check("example.org", 11), -EINVAL);
 	assert_int_equal(pd_bind_check(NULL, 0), -EINVAL);
+	/* bound before any input: the PKESKs past max_esk are kept by it */
+	struct pd_msg *m;
+	struct pd_limits lim;
+	size_t used = 0;
+	pd_limits_default(&lim);
+	assert_int_equal(pd_msg_new(&m, &lim), 0);
+	assert_int_equal(pd_msg_bind(m, "a@b", 3), 0);
+	assert_int_equal(pd_msg_write(m, (const uint8_t *)"\xc1\x05\x03", 3, &used), 0);
+	assert_int_equal(pd_msg_bind(m, "c@d", 3), PD_EUSAGE);
+	pd_msg_free(m, NULL);
 	free(all);
 	pd_keyring_free(kr);
 }
