@@ -85,6 +85,12 @@ static void check_frame(const struct pd_frame_hdr *h, const uint8_t *p)
 			CHECK(n > 0);
 			CHECK(pd_parse_decrypt(out + PD_FRAME_HDR_LEN, (size_t)n - PD_FRAME_HDR_LEN, &dr2) == 0);
 			CHECK(dr.flags == dr2.flags && dr.password_len == dr2.password_len);
+			CHECK(dr.n_bind == dr2.n_bind && dr.n_bind <= PD_MAX_BIND);
+			for (size_t i = 0; i < dr.n_bind; i++) {
+				CHECK(dr.bind_len[i] == dr2.bind_len[i] && dr.bind_len[i] >= 1 && dr.bind_len[i] <= PD_ADDRESS_MAX);
+				CHECK(memcmp(dr.bind[i], dr2.bind[i], dr.bind_len[i]) == 0);
+				(void)pd_bind_value_ok((const char *)dr.bind[i], dr.bind_len[i]);
+			}
 		}
 		break;
 	case PD_FT_ERROR:
