@@ -215,3 +215,18 @@ def test_unbound_key_takes_no_late_slot(bw, tmp_path_factory):
         full.stop()
     assert ref["name"] == "OK" and got_ref == PLAIN, ref
     assert outcome(res) == outcome(ref) and got == got_ref, (res, ref)
+
+
+def test_mime_bind(bw, daemons):
+    """pgpdecd-client --mime --bind: every piece of the mail is bound."""
+    full, _ = daemons
+    g = Gpg(str(bw["base"] / "gnupg"))
+    mail = (b"From: m@example.org\nTo: alice@example.org\nSubject: s\n\n"
+            + g.encrypt(PLAIN, "alice@example.org", armor=True))
+    for args, want in ((["--bind", "alice@example.org"], "decrypted"), (["--bind", "@example.org"], "decrypted"),
+                       (["--bind", "carol@other.example"], "no-key"), ([], "decrypted")):
+        r = client(full, "--mime", *args, input=mail)
+        assert r.returncode == 0, (args, r.stderr)
+        status = r.stdout.split(b"\n", 1)[0].decode()
+        assert status.startswith("X-Pgpdecd-Status: " + want), (args, status)
+        assert (PLAIN in r.stdout) == (want == "decrypted"), args
