@@ -45,6 +45,14 @@ def workdir(prefix="pd-mail-"):
     return d
 
 
+def gpg_home(d):
+    """A fresh gpg home d/gnupg (mode 0700) and the gpg command line for
+    it (batch, quiet, every key trusted): (home, argv)."""
+    home = Path(d) / "gnupg"
+    home.mkdir(mode=0o700)
+    return home, ["gpg", "--homedir", str(home), "--batch", "--yes", "--quiet", "--trust-model", "always"]
+
+
 def wait_for(pred, what, timeout=60, proc=None, log=None):
     end = time.monotonic() + timeout
     while not pred():

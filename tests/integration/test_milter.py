@@ -17,7 +17,7 @@ import pytest
 
 from conftest import kill_gpg_agent
 from mailcorpus import armor, tamper
-from mailgw import DAEMON, KEYS, SECRET_KEY, Daemon, Milter, _check_exit, _stop, wait_for, workdir
+from mailgw import DAEMON, KEYS, SECRET_KEY, Daemon, Milter, _check_exit, _stop, gpg_home, wait_for, workdir
 from postfix_harness import Postfix, require_postfix
 
 pytestmark = pytest.mark.skipif(not (shutil.which("gpg") and DAEMON.exists()),
@@ -50,9 +50,7 @@ def env(tmp_path_factory):
     require_postfix()
     # postfix (smtpd) must reach the milter sockets: a 0755 directory
     d = workdir("pd-milter-")
-    home = d / "gnupg"
-    home.mkdir(mode=0o700)
-    gpg = ["gpg", "--homedir", str(home), "--batch", "--yes", "--quiet", "--trust-model", "always"]
+    home, gpg = gpg_home(d)
     subprocess.run(gpg + ["--import", str(KEYS / "rsa2048-public.gpg")], check=True, capture_output=True)
     out = subprocess.run(gpg + ["--with-colons", "--list-keys"], check=True, capture_output=True,
                          text=True).stdout

@@ -19,7 +19,7 @@ from email import message_from_bytes
 import pytest
 
 from conftest import kill_gpg_agent
-from mailgw import DAEMON, Daemon, Milter, _stop, workdir  # noqa: F401
+from mailgw import DAEMON, Daemon, Milter, gpg_home, workdir
 from postfix_harness import Postfix, require_postfix
 
 pytestmark = pytest.mark.skipif(not (shutil.which("gpg") and DAEMON.exists()),
@@ -32,10 +32,8 @@ BODY = b"Payroll for March, bound to bob 7d1e.\n"
 def env(tmp_path_factory):
     require_postfix()
     d = workdir("pd-bind-")
-    home = d / "gnupg"
-    home.mkdir(mode=0o700)
-    gpg = ["gpg", "--homedir", str(home), "--batch", "--yes", "--quiet", "--trust-model", "always",
-           "--pinentry-mode", "loopback", "--passphrase", ""]
+    home, gpg = gpg_home(d)
+    gpg += ["--pinentry-mode", "loopback", "--passphrase", ""]
     subprocess.run(gpg + ["--quick-gen-key", "Bob <Bob@Test.Example>", "future-default", "default", "never"],
                    check=True, capture_output=True)
     key = d / "bob.gpg"
