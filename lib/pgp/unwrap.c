@@ -235,8 +235,9 @@ static int read_mpi(const uint8_t *f, size_t len, size_t *off, bool strict, cons
  * the cipher is public (v6, the OCB packet, X25519/X448 v3: in the clear).
  * When it is not (fb.algo 0: a v3 RSA, ElGamal or ECDH PKESK, the cipher in
  * the secret payload), the rejection's cipher is drawn from the same HMAC
- * (its last four octets, big-endian, modulo the number of known ciphers,
- * in table order), uniform over the ciphers a passing decode may name:
+ * (its last four octets, big-endian, modulo the number of known ciphers
+ * whose payload fits in max_need octets, in table order), uniform over
+ * the ciphers a passing decode may name:
  * with a fixed cipher, a container pass that ran another one (its time
  * differs, 3DES against AES-256) would say that the decode passed.
  *
@@ -246,7 +247,7 @@ static int read_mpi(const uint8_t *f, size_t len, size_t *off, bool strict, cons
  * lock and its walk over every block: on a cv25519 message that was 2 of
  * 8 such trips, and the workers queued for the lock on every message. */
 static int make_fallback(struct pd_worker *w, const struct pd_key *k, const struct pd_pkesk *p,
-                         struct scratch *s)
+                         struct scratch *s, size_t max_need)
 {
 	gcry_md_hd_t h;
 	int r = pd_worker_take_md(w, GCRY_MD_SHA256, 0, &h);
@@ -265,10 +266,21 @@ static int make_fallback(struct pd_worker *w, const struct pd_key *k, const stru
 	memcpy(s->fb.key, gcry_md_read(h, GCRY_MD_SHA256), 32);
 	pd_worker_give_md(w, h, GCRY_MD_SHA256, 0);
 	if (!s->fb.algo) {
-		size_t n = 0;
-		while (pd_sym_id(n))
-			n++;
-		unsigned id = pd_sym_id(pd_be32(s->fb.key + 28) % n);
+		/* Only the ciphers whose payload (algorithm octet, key, checksum)
+		 * fits in max_need octets (public: the modulus, the wrapped
+		 * key's length): an ECDH key wrapped in 32 octets names a
+		 * 16-octet key when it decodes, so its rejection must too.
+		 * When none fits (no decode can pass), any. */
+		size_t n = 0, fit = 0;
+		unsigned id;
+		for (; (id = pd_sym_id(n)) != 0; n++)
+			fit += 1 + pd_sym_keylen((int)id) + 2 <= max_need;
+		size_t pick = pd_be32(s->fb.key + 28) % (fit ? fit : n);
+		for (size_t i = 0; (id = pd_sym_id(i)) != 0; i++)
+			if (!fit || 1 + pd_sym_keylen((int)id) + 2 <= max_need) {
+				if (!pick--)
+					break;
+			}
 		s->fb.algo = (uint8_t)id;
 		s->fb.len = (uint8_t)pd_sym_keylen((int)id);
 		pd_require(s->fb.len && s->fb.len <= sizeof(s->fb.key));
@@ -339,7 +351,7 @@ static int unwrap_rsa(struct pd_worker *w, const struct pd_key *k, const struct 
 	if (too_big)
 		return PD_EMALFORMED;
 
-	r = make_fallback(w, k, p, s);
+	r = make_fallback(w, k, p, s, klen >= 11 ? klen - 11 : 0);
 	if (r < 0)
 		return r;
 	em = pd_worker_take_secure(w, klen);
@@ -440,7 +452,7 @@ static int unwrap_elgamal(struct pd_worker *w, const struct pd_key *k, const str
 		goto out;
 	}
 
-	r = make_fallback(w, k, p, s);
+	r = make_fallback(w, k, p, s, klen >= 11 ? klen - 11 : 0);
 	if (r < 0)
 		goto out;
 	/* Raw decrypt, blinded (elgamal_raw); the PKCS#1 decode is ours
@@ -532,7 +544,7 @@ static int unwrap_ecdh(struct pd_worker *w, const struct pd_key *k, const struct
 	if (p->fields_len - off - 1 != wlen || wlen > MAX_WRAPPED || wlen % 8 || wlen < 24)
 		return PD_EMALFORMED;
 
-	r = make_fallback(w, k, p, s);
+	r = make_fallback(w, k, p, s, wlen - 9); /* wlen >= 24: unwrapped, less a pad octet */
 	if (r < 0)
 		return r;
 
@@ -633,7 +645,7 @@ static int unwrap_x(struct pd_worker *w, const struct pd_key *k, const struct pd
 	/* Here the algorithm is public, so the rejection key has its size. */
 	s->fb.algo = algo;
 	s->fb.len = (uint8_t)kl;
-	r = make_fallback(w, k, p, s);
+	r = make_fallback(w, k, p, s, SIZE_MAX); /* fb.algo is set: not drawn */
 	if (r < 0)
 		return r;
 
