@@ -72,6 +72,10 @@ struct line_count {
 	char name[28];             /* its first octets, lower-cased */
 	bool eight_bit;            /* an octet over 127 (the kept original's transfer encoding) */
 	bool nul;                  /* ... a NUL: binary */
+	bool bare_cr;              /* ... a CR not before LF: binary (RFC 2045 2.7) */
+	bool long_line;            /* ... a line over 998 octets: binary */
+	bool cr;                   /* the last octet was a CR */
+	uint64_t llen;             /* octets of the current line so far, CRs included */
 	struct shape n;
 };
 
@@ -1354,6 +1358,12 @@ static void count_lines(const char *p, size_t n, struct line_count *lc)
 		unsigned char c = (unsigned char)p[i];
 		lc->eight_bit |= c > 127;
 		lc->nul |= c == 0;
+		lc->bare_cr |= lc->cr && c != '\n';
+		lc->cr = c == '\r';
+		if (c == '\n')
+			lc->llen = 0;
+		else if (++lc->llen > 998 + (c == '\r')) /* a CR of a CRLF does not count */
+			lc->long_line = true;
 		if (c == '\n') {
 			if (st == LC_START) /* an empty line ends a header section */
 				lc->in_field = false;
@@ -1695,9 +1705,12 @@ static int attach_original(GMimeMessage *msg, GMimeStream *spool, const struct l
 		return -EIO;
 	GMimePart *orig = stream_attachment(s, "message", "rfc822");
 	/* message/rfc822 is 7bit unless it says otherwise (RFC 2046 5.2.1),
-	 * and the original is attached as it came. */
-	if (lc->nul || lc->eight_bit)
-		g_mime_part_set_content_encoding(orig, lc->nul ? GMIME_CONTENT_ENCODING_BINARY : GMIME_CONTENT_ENCODING_8BIT);
+	 * and the original is attached as it came.  7bit and 8bit data have
+	 * no NUL, lines of at most 998 octets and no CR but in CRLF (RFC 2045
+	 * 2.7, 2.8; the spool keeps a bare CR): otherwise it is binary. */
+	bool binary = lc->nul || lc->bare_cr || lc->cr || lc->long_line;
+	if (binary || lc->eight_bit)
+		g_mime_part_set_content_encoding(orig, binary ? GMIME_CONTENT_ENCODING_BINARY : GMIME_CONTENT_ENCODING_8BIT);
 	GMimeMultipart *mixed = g_mime_multipart_new_with_subtype("mixed");
 	g_mime_multipart_add(mixed, g_mime_message_get_mime_part(msg));
 	g_mime_multipart_add(mixed, GMIME_OBJECT(orig));

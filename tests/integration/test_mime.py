@@ -438,3 +438,24 @@ def test_kept_original_says_8bit(env):
         assert orig["Content-Transfer-Encoding"] == want, r.stdout[-2000:]
         # the original still comes out octet for octet
         assert m_in.split(b"\n\n", 1)[1] in r.stdout
+
+
+def test_kept_original_with_bare_cr_or_long_line_says_binary(env):
+    # 7bit and 8bit data have lines of at most 998 octets and no CR but
+    # in CRLF (RFC 2045 2.7, 2.8): an original with a bare CR or a longer
+    # line, attached as it came, is binary data whatever its octets.
+    mail = inline_mail(env, b"kept\n", subject="orig")
+    for m_in in (mail.replace(b"after\n", b"after\rX-Forged: 1\n"),
+                 mail.replace(b"after\n", b"after " + b"x" * 1200 + b"\n"),
+                 mail.replace(b"Subject: orig", "Subject: \u00fcber".encode()).replace(
+                     b"after\n", b"after " + b"x" * 999 + b"\n")):
+        r = mime(env, m_in, "--keep-original")
+        assert r.returncode == 0, r.stderr
+        orig = parse(r.stdout).get_payload()[1]
+        assert orig.get_content_type() == "message/rfc822"
+        assert orig["Content-Transfer-Encoding"] == "binary", r.stdout[-2000:]
+    # 998 octets and CRLF line ends are still 7bit
+    r = mime(env, mail.replace(b"after\n", b"after " + b"x" * 992 + b"\n").replace(b"\n", b"\r\n"),
+             "--keep-original")
+    assert r.returncode == 0, r.stderr
+    assert parse(r.stdout).get_payload()[1]["Content-Transfer-Encoding"] is None, r.stdout[-2000:]
